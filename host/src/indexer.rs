@@ -1,0 +1,556 @@
+//! The Indexer: a thread-safe object cache keyed `namespace/name`, with named indexes.
+//!
+//! [`indexer`] returns the two halves: [`IndexerWriter`], the single owner that
+//! applies changes, and [`Indexer`], a cheap-to-clone read handle for everyone
+//! else (plugins' cache queries above all). Objects are [`CachedObject`]s shared
+//! through `Arc`: the cache, the deltas and the plugin queues hold the same bytes.
+//!
+//! Built-in indexes: `namespace`, `owner` (by owner uid) and `label:<key>` for every
+//! label key. More are added with [`IndexerWriter::add_index`], naming a field
+//! path, and are back-filled from what is already cached.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::object::CachedObject;
+use crate::selector::Selector;
+
+/// The built-in index of objects by namespace.
+pub const NAMESPACE_INDEX: &str = "namespace";
+/// The built-in index of objects by the uids of their owners.
+pub const OWNER_INDEX: &str = "owner";
+/// The prefix of the built-in label indexes: `label:app` indexes label `app`.
+pub const LABEL_INDEX_PREFIX: &str = "label:";
+
+/// The longest index name accepted.
+pub const MAX_INDEX_NAME_LEN: usize = 253;
+
+/// Why an index could not be added or queried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexError {
+    /// No index of that name exists.
+    #[error("no index named {0:?}")]
+    Unknown(String),
+    /// The name is empty, too long, or taken by a built-in index.
+    #[error("invalid index name {0:?}: {1}")]
+    InvalidName(String, &'static str),
+    /// An index of that name exists with another definition.
+    #[error("index {0:?} already exists with another field path")]
+    Conflict(String),
+    /// The field path is malformed.
+    #[error("invalid field path {0:?}: want dotted field names such as spec.nodeName")]
+    InvalidFieldPath(String),
+}
+
+/// A dotted path into an object's JSON (`spec.nodeName`); lists along the way are
+/// entered element by element, so `spec.containers.image` yields every image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldPath {
+    segments: Vec<String>,
+}
+
+impl FieldPath {
+    /// Parses `a.b.c`.
+    ///
+    /// # Errors
+    ///
+    /// When a segment is empty, or the path is over 256 bytes or 16 segments.
+    pub fn parse(path: &str) -> Result<Self, IndexError> {
+        let segments: Vec<String> = path.split('.').map(str::to_owned).collect();
+        if path.len() > 256 || segments.len() > 16 || segments.iter().any(String::is_empty) {
+            return Err(IndexError::InvalidFieldPath(path.chars().take(100).collect()));
+        }
+        Ok(Self { segments })
+    }
+
+    /// The scalar values at this path (strings, numbers and booleans as strings).
+    #[must_use]
+    pub fn values(&self, value: &serde_json::Value) -> Vec<String> {
+        let mut found = Vec::new();
+        collect(value, &self.segments, &mut found);
+        found
+    }
+}
+
+impl std::fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.segments.join("."))
+    }
+}
+
+fn collect(value: &serde_json::Value, path: &[String], found: &mut Vec<String>) {
+    use serde_json::Value;
+    match (value, path.split_first()) {
+        (Value::Array(items), _) => items.iter().for_each(|item| collect(item, path, found)),
+        (Value::Object(fields), Some((first, rest))) => {
+            if let Some(field) = fields.get(first) {
+                collect(field, rest, found);
+            }
+        }
+        (Value::String(s), None) => found.push(s.clone()),
+        (Value::Number(n), None) => found.push(n.to_string()),
+        (Value::Bool(b), None) => found.push(b.to_string()),
+        _ => {}
+    }
+}
+
+/// How an index computes an object's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum IndexFunc {
+    Namespace,
+    Owner,
+    Field(FieldPath),
+}
+
+impl IndexFunc {
+    fn values(&self, object: &CachedObject, parsed: &mut Option<serde_json::Value>) -> Vec<String> {
+        match self {
+            Self::Namespace => object.namespace().map(str::to_owned).into_iter().collect(),
+            Self::Owner => object.owner_uids().to_vec(),
+            Self::Field(path) => {
+                let value = parsed
+                    .get_or_insert_with(|| serde_json::from_str(object.json()).unwrap_or(serde_json::Value::Null));
+                path.values(value)
+            }
+        }
+    }
+}
+
+type Keys = BTreeSet<Arc<str>>;
+
+#[derive(Debug)]
+struct Index {
+    func: IndexFunc,
+    values: BTreeMap<String, Keys>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    objects: BTreeMap<Arc<str>, Arc<CachedObject>>,
+    indexes: HashMap<String, Index>,
+    /// label key → label value → object keys: serves `label:<key>` and selectors.
+    labels: HashMap<String, BTreeMap<String, Keys>>,
+}
+
+impl Inner {
+    fn insert_into_indexes(&mut self, key: &Arc<str>, object: &CachedObject) {
+        let mut parsed = None;
+        for index in self.indexes.values_mut() {
+            for value in index.func.values(object, &mut parsed) {
+                index.values.entry(value).or_default().insert(key.clone());
+            }
+        }
+        for (label, value) in object.labels() {
+            let values = self.labels.entry(label.clone()).or_default();
+            values.entry(value.clone()).or_default().insert(key.clone());
+        }
+    }
+
+    fn remove_from_indexes(&mut self, key: &Arc<str>, object: &CachedObject) {
+        let mut parsed = None;
+        for index in self.indexes.values_mut() {
+            for value in index.func.values(object, &mut parsed) {
+                remove_key(&mut index.values, &value, key);
+            }
+        }
+        for (label, value) in object.labels() {
+            if let Some(values) = self.labels.get_mut(label) {
+                remove_key(values, value, key);
+                if values.is_empty() {
+                    self.labels.remove(label);
+                }
+            }
+        }
+    }
+
+    /// The keys index `name` holds under `value`; `None` when there is no such index.
+    fn index_keys(&self, name: &str, value: &str) -> Result<Option<&Keys>, IndexError> {
+        if let Some(label) = name.strip_prefix(LABEL_INDEX_PREFIX) {
+            return Ok(self.labels.get(label).and_then(|values| values.get(value)));
+        }
+        let index = self
+            .indexes
+            .get(name)
+            .ok_or_else(|| IndexError::Unknown(name.to_owned()))?;
+        Ok(index.values.get(value))
+    }
+}
+
+fn remove_key(values: &mut BTreeMap<String, Keys>, value: &str, key: &Arc<str>) {
+    if let Some(keys) = values.get_mut(value) {
+        keys.remove(key);
+        if keys.is_empty() {
+            values.remove(value);
+        }
+    }
+}
+
+/// Creates an empty cache with the built-in indexes: the read handle and the writer.
+///
+/// # Examples
+///
+/// ```
+/// use kinformer::indexer::indexer;
+/// use kinformer::object::CachedObject;
+/// use std::sync::Arc;
+///
+/// let (reader, writer) = indexer();
+/// let pod = CachedObject::from_json(r#"{"metadata":{"name":"web-0","namespace":"shop","labels":{"app":"web"}}}"#)?;
+/// writer.apply(Arc::new(pod));
+/// assert_eq!(reader.by_index("label:app", "web", 10)?.objects.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use]
+pub fn indexer() -> (Indexer, IndexerWriter) {
+    let mut inner = Inner::default();
+    for (name, func) in [(NAMESPACE_INDEX, IndexFunc::Namespace), (OWNER_INDEX, IndexFunc::Owner)] {
+        inner.indexes.insert(
+            name.to_owned(),
+            Index {
+                func,
+                values: BTreeMap::new(),
+            },
+        );
+    }
+    let inner = Arc::new(RwLock::new(inner));
+    (
+        Indexer {
+            inner: Arc::clone(&inner),
+        },
+        IndexerWriter { inner },
+    )
+}
+
+/// A bounded answer: the objects, ordered by key, and whether more matched.
+#[derive(Debug, Default, Clone)]
+pub struct Listing {
+    /// The matching objects, at most the limit asked for.
+    pub objects: Vec<Arc<CachedObject>>,
+    /// True when more objects matched than were returned.
+    pub truncated: bool,
+}
+
+impl Listing {
+    fn collect<'a>(objects: impl Iterator<Item = &'a Arc<CachedObject>>, limit: usize) -> Self {
+        let mut listing = Self::default();
+        for object in objects {
+            if listing.objects.len() == limit {
+                listing.truncated = true;
+                break;
+            }
+            listing.objects.push(Arc::clone(object));
+        }
+        listing
+    }
+}
+
+/// The read half of the cache; clone it freely.
+///
+/// Each call sees a consistent snapshot, which may already be stale when it
+/// returns: the writer goes on applying changes.
+#[derive(Debug, Clone)]
+pub struct Indexer {
+    inner: Arc<RwLock<Inner>>,
+}
+
+impl Indexer {
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The object with this key.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.read().objects.get(key).cloned()
+    }
+
+    /// How many objects are cached.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.read().objects.len()
+    }
+
+    /// True when nothing is cached.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every object, ordered by key.
+    #[must_use]
+    pub fn list_all(&self) -> Vec<Arc<CachedObject>> {
+        self.read().objects.values().cloned().collect()
+    }
+
+    /// At most `limit` objects in `namespace` (all namespaces for `None`) that match
+    /// `selector`, ordered by key.
+    ///
+    /// An equality or `in` requirement of the selector is answered from the label
+    /// index, and a namespace from the namespace index; only the candidates they
+    /// yield are checked against the rest of the selector.
+    #[must_use]
+    pub fn list(&self, namespace: Option<&str>, selector: &Selector, limit: usize) -> Listing {
+        let inner = self.read();
+        let in_namespace = |object: &CachedObject| namespace.is_none_or(|ns| object.namespace() == Some(ns));
+        let keep = |object: &&Arc<CachedObject>| in_namespace(object) && selector.matches(object.labels());
+
+        // The narrowest pinned label requirement, if any, bounds the candidates.
+        let narrowest = selector
+            .requirements()
+            .iter()
+            .filter_map(|requirement| requirement.required_values())
+            .map(|(label, values)| {
+                let index = inner.labels.get(label);
+                let keys: Vec<&Keys> = values.iter().filter_map(|value| index?.get(value)).collect();
+                (keys.iter().map(|keys| keys.len()).sum::<usize>(), keys)
+            })
+            .min_by_key(|(count, _)| *count);
+        if let Some((_, key_sets)) = narrowest {
+            let keys: BTreeSet<&Arc<str>> = key_sets.into_iter().flatten().collect();
+            let objects = keys.into_iter().filter_map(|key| inner.objects.get(key));
+            return Listing::collect(objects.filter(keep), limit);
+        }
+        if let Some(namespace) = namespace {
+            let keys = inner
+                .indexes
+                .get(NAMESPACE_INDEX)
+                .and_then(|index| index.values.get(namespace));
+            let objects = keys.into_iter().flatten().filter_map(|key| inner.objects.get(key));
+            return Listing::collect(objects.filter(keep), limit);
+        }
+        Listing::collect(inner.objects.values().filter(keep), limit)
+    }
+
+    /// At most `limit` objects whose index `index` holds `value`, ordered by key.
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::Unknown`] when there is no such index.
+    pub fn by_index(&self, index: &str, value: &str, limit: usize) -> Result<Listing, IndexError> {
+        let inner = self.read();
+        let keys = inner.index_keys(index, value)?;
+        let objects = keys.into_iter().flatten().filter_map(|key| inner.objects.get(key));
+        Ok(Listing::collect(objects, limit))
+    }
+
+    /// The values index `index` holds, sorted, at most `limit`.
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::Unknown`] when there is no such index.
+    pub fn index_values(&self, index: &str, limit: usize) -> Result<Vec<String>, IndexError> {
+        let inner = self.read();
+        let values = if let Some(label) = index.strip_prefix(LABEL_INDEX_PREFIX) {
+            inner
+                .labels
+                .get(label)
+                .map(|values| values.keys().take(limit).cloned().collect())
+        } else {
+            let index = inner
+                .indexes
+                .get(index)
+                .ok_or_else(|| IndexError::Unknown(index.to_owned()))?;
+            Some(index.values.keys().take(limit).cloned().collect())
+        };
+        Ok(values.unwrap_or_default())
+    }
+
+    /// The names of the declared indexes (the `label:<key>` indexes are implicit).
+    #[must_use]
+    pub fn index_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.read().indexes.keys().cloned().collect();
+        names.sort();
+        names
+    }
+}
+
+/// The write half of the cache. There is one per cache; it is not `Clone`.
+#[derive(Debug)]
+pub struct IndexerWriter {
+    inner: Arc<RwLock<Inner>>,
+}
+
+impl IndexerWriter {
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A read handle on this cache.
+    #[must_use]
+    pub fn reader(&self) -> Indexer {
+        Indexer {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+
+    /// Inserts or replaces the object under its key; returns the previous one.
+    pub fn apply(&self, object: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+        let mut inner = self.write();
+        let key: Arc<str> = Arc::from(object.key());
+        let previous = inner.objects.insert(key.clone(), Arc::clone(&object));
+        if let Some(previous) = &previous {
+            inner.remove_from_indexes(&key, previous);
+        }
+        inner.insert_into_indexes(&key, &object);
+        previous
+    }
+
+    /// Removes the object with this key; returns it.
+    pub fn delete(&self, key: &str) -> Option<Arc<CachedObject>> {
+        let mut inner = self.write();
+        let (key, previous) = inner.objects.remove_entry(key)?;
+        inner.remove_from_indexes(&key, &previous);
+        Some(previous)
+    }
+
+    /// Replaces the whole content (after a relist); returns the objects that are
+    /// gone.
+    pub fn replace(&self, objects: impl IntoIterator<Item = Arc<CachedObject>>) -> Vec<Arc<CachedObject>> {
+        let mut inner = self.write();
+        let mut old = std::mem::take(&mut inner.objects);
+        inner.labels.clear();
+        for index in inner.indexes.values_mut() {
+            index.values.clear();
+        }
+        for object in objects {
+            let key: Arc<str> = Arc::from(object.key());
+            old.remove(&key);
+            inner.insert_into_indexes(&key, &object);
+            inner.objects.insert(key, object);
+        }
+        old.into_values().collect()
+    }
+
+    /// Adds the index `name` over the values at `field_path`, back-filled from what
+    /// is cached. Adding the same definition again is a no-op.
+    ///
+    /// # Errors
+    ///
+    /// When the name is invalid or taken by another definition, or the path is
+    /// malformed.
+    pub fn add_index(&self, name: &str, field_path: &str) -> Result<(), IndexError> {
+        let invalid = |why| Err(IndexError::InvalidName(name.chars().take(100).collect(), why));
+        if name.is_empty() || name.len() > MAX_INDEX_NAME_LEN {
+            return invalid("must be 1 to 253 bytes");
+        }
+        if name == NAMESPACE_INDEX || name == OWNER_INDEX || name.starts_with(LABEL_INDEX_PREFIX) {
+            return invalid("taken by a built-in index");
+        }
+        let func = IndexFunc::Field(FieldPath::parse(field_path)?);
+        let mut inner = self.write();
+        if let Some(existing) = inner.indexes.get(name) {
+            return if existing.func == func {
+                Ok(())
+            } else {
+                Err(IndexError::Conflict(name.to_owned()))
+            };
+        }
+        let mut values: BTreeMap<String, Keys> = BTreeMap::new();
+        for (key, object) in &inner.objects {
+            for value in func.values(object, &mut None) {
+                values.entry(value).or_default().insert(key.clone());
+            }
+        }
+        inner.indexes.insert(name.to_owned(), Index { func, values });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(namespace: &str, name: &str, labels: serde_json::Value, node: &str) -> Arc<CachedObject> {
+        let value = json!({
+            "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                         "ownerReferences": [{"uid": format!("owner-{}", &name[..1])}]},
+            "spec": {"nodeName": node, "containers": [{"image": "a"}, {"image": "b"}]}
+        });
+        Arc::new(CachedObject::from_value(&value).unwrap())
+    }
+
+    fn keys(listing: &Listing) -> Vec<&str> {
+        listing.objects.iter().map(|object| object.key()).collect()
+    }
+
+    #[test]
+    fn built_in_indexes_follow_apply_update_and_delete() {
+        let (reader, writer) = indexer();
+        writer.apply(pod("a", "web-0", json!({"app": "web"}), "n1"));
+        writer.apply(pod("b", "db-0", json!({"app": "db"}), "n1"));
+        assert_eq!(keys(&reader.by_index("namespace", "a", 10).unwrap()), ["a/web-0"]);
+        assert_eq!(keys(&reader.by_index("owner", "owner-d", 10).unwrap()), ["b/db-0"]);
+        assert_eq!(reader.index_values("label:app", 10).unwrap(), ["db", "web"]);
+
+        // An update moves the object between index values.
+        writer.apply(pod("a", "web-0", json!({"app": "api"}), "n1"));
+        assert!(reader.by_index("label:app", "web", 10).unwrap().objects.is_empty());
+        assert_eq!(reader.index_values("label:app", 10).unwrap(), ["api", "db"]);
+
+        assert!(writer.delete("b/db-0").is_some());
+        assert_eq!(reader.index_values("namespace", 10).unwrap(), ["a"]);
+        assert!(writer.delete("b/db-0").is_none());
+    }
+
+    #[test]
+    fn field_indexes_are_back_filled_and_maintained() {
+        let (reader, writer) = indexer();
+        writer.apply(pod("a", "web-0", json!({}), "n1"));
+        writer.add_index("node", "spec.nodeName").unwrap();
+        writer.add_index("image", "spec.containers.image").unwrap();
+        assert_eq!(keys(&reader.by_index("node", "n1", 10).unwrap()), ["a/web-0"]);
+        assert_eq!(reader.index_values("image", 10).unwrap(), ["a", "b"]);
+        writer.apply(pod("a", "web-1", json!({}), "n2"));
+        assert_eq!(reader.index_values("node", 10).unwrap(), ["n1", "n2"]);
+        assert_eq!(writer.add_index("node", "spec.nodeName"), Ok(()));
+        assert_eq!(
+            writer.add_index("node", "spec.other"),
+            Err(IndexError::Conflict("node".into()))
+        );
+        assert!(matches!(
+            writer.add_index("namespace", "x"),
+            Err(IndexError::InvalidName(..))
+        ));
+        assert!(matches!(
+            writer.add_index("bad", "a..b"),
+            Err(IndexError::InvalidFieldPath(_))
+        ));
+        assert_eq!(
+            reader.by_index("nope", "x", 1).unwrap_err(),
+            IndexError::Unknown("nope".into())
+        );
+    }
+
+    #[test]
+    fn list_filters_by_namespace_and_selector_and_is_bounded() {
+        let (reader, writer) = indexer();
+        for (ns, name, app) in [
+            ("a", "w-0", "web"),
+            ("a", "w-1", "web"),
+            ("b", "w-2", "web"),
+            ("a", "d-0", "db"),
+        ] {
+            writer.apply(pod(ns, name, json!({"app": app}), "n"));
+        }
+        let web = Selector::parse("app=web").unwrap();
+        assert_eq!(keys(&reader.list(Some("a"), &web, 10)), ["a/w-0", "a/w-1"]);
+        assert_eq!(keys(&reader.list(None, &web, 10)), ["a/w-0", "a/w-1", "b/w-2"]);
+        let not_web = Selector::parse("app!=web").unwrap();
+        assert_eq!(keys(&reader.list(None, &not_web, 10)), ["a/d-0"]);
+        let bounded = reader.list(None, &Selector::default(), 2);
+        assert_eq!((bounded.objects.len(), bounded.truncated), (2, true));
+        assert!(!reader.list(Some("a"), &Selector::default(), 3).truncated);
+    }
+
+    #[test]
+    fn replace_returns_what_vanished_and_rebuilds_indexes() {
+        let (reader, writer) = indexer();
+        writer.apply(pod("a", "w-0", json!({"app": "web"}), "n"));
+        writer.apply(pod("a", "w-1", json!({"app": "web"}), "n"));
+        let gone = writer.replace([pod("a", "w-1", json!({"app": "db"}), "n")]);
+        assert_eq!(gone.iter().map(|o| o.key()).collect::<Vec<_>>(), ["a/w-0"]);
+        assert_eq!(reader.index_values("label:app", 10).unwrap(), ["db"]);
+        assert_eq!(reader.len(), 1);
+    }
+}

@@ -1,0 +1,16 @@
+//! kinformer: Kubernetes shared informers that deliver every delta to sandboxed
+//! WebAssembly plugins.
+//!
+//! The data path follows client-go's: a reflector lists and watches a resource,
+//! its changes become [`delta::Delta`]s, the [`indexer`] caches the objects under
+//! named indexes, and each delta is handed to the plugins that subscribed to it.
+//! Plugins are WebAssembly components ([`plugin`]) implementing the
+//! `kinformer:plugin` WIT world; they read the cache through host functions.
+
+pub mod caches;
+pub mod delta;
+pub mod demo;
+pub mod indexer;
+pub mod object;
+pub mod plugin;
+pub mod selector;

@@ -1,0 +1,229 @@
+//! A kinformer plugin modelled on the HorizontalPodAutoscaler controller.
+//!
+//! It watches `autoscaling/v2` HPAs and keeps deployments and pods cached. On each
+//! HPA delta it looks up the target deployment by key, finds the pods the
+//! deployment selects with a label-selector query on the cache, and logs the
+//! replica count the HPA algorithm would choose for a CPU utilization target:
+//! `desired = ceil(ready pods × utilization / target)`, left alone within a 10%
+//! tolerance and clamped to `[minReplicas, maxReplicas]`.
+//!
+//! A real cluster serves pod usage through the metrics API; here it comes from the
+//! pod annotation `metrics.kinformer.dev/cpu-millicores`, which the demo workload
+//! sets.
+
+use kinformer_sdk::k8s::api::apps::v1::Deployment;
+use kinformer_sdk::k8s::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
+use kinformer_sdk::k8s::api::core::v1::Pod;
+use kinformer_sdk::k8s::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kinformer_sdk::{Delta, DeltaType, Gvk, Handler, Registration, Result, cache, info};
+
+/// The pod annotation carrying the pod's CPU usage in millicores.
+const USAGE_ANNOTATION: &str = "metrics.kinformer.dev/cpu-millicores";
+/// Like the HPA controller: no scaling while usage is within 10% of the target.
+const TOLERANCE: f64 = 0.1;
+
+struct HpaAdvisor;
+
+impl Handler for HpaAdvisor {
+    fn init(_config: &str) -> Result<(Self, Registration)> {
+        let registration = Registration::new("hpa-advisor", env!("CARGO_PKG_VERSION"))
+            .watch(Gvk::of::<HorizontalPodAutoscaler>())
+            .cache(Gvk::of::<Deployment>())
+            .cache(Gvk::of::<Pod>());
+        Ok((Self, registration))
+    }
+
+    fn handle(&mut self, delta: Delta) -> Result<()> {
+        if delta.gvk() != &Gvk::of::<HorizontalPodAutoscaler>() {
+            return Ok(());
+        }
+        if delta.delta_type() == DeltaType::Deleted {
+            info!("hpa {}: deleted, nothing to scale", delta.key());
+            return Ok(());
+        }
+        let hpa: HorizontalPodAutoscaler = delta.object()?;
+        match recommend(delta.namespace(), &hpa)? {
+            Recommendation::Scale {
+                deployment,
+                pods,
+                utilization,
+                target,
+                current,
+                desired,
+            } => info!(
+                "hpa {}: {pods} ready pods of deployment {deployment} at {utilization}% cpu (target {target}%): would scale {current} -> {desired}",
+                delta.key()
+            ),
+            Recommendation::Skip(why) => info!("hpa {}: {why}", delta.key()),
+        }
+        Ok(())
+    }
+}
+
+/// What the HPA algorithm would do for one HPA.
+enum Recommendation {
+    Scale {
+        deployment: String,
+        pods: usize,
+        utilization: i64,
+        target: i32,
+        current: i32,
+        desired: i32,
+    },
+    Skip(String),
+}
+
+fn recommend(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<Recommendation> {
+    let spec = &hpa.spec;
+    let target_ref = &spec.scale_target_ref;
+    if target_ref.kind != "Deployment" {
+        return Ok(Recommendation::Skip(format!(
+            "targets a {}, only deployments are supported",
+            target_ref.kind
+        )));
+    }
+    let Some(target) = cpu_utilization_target(spec.metrics.as_deref().unwrap_or_default()) else {
+        return Ok(Recommendation::Skip("no cpu utilization target".into()));
+    };
+    let deployment_key = format!("{namespace}/{}", target_ref.name);
+    let Some(deployment) = cache::get_as::<Deployment>(&Gvk::of::<Deployment>(), &deployment_key)? else {
+        return Ok(Recommendation::Skip(format!(
+            "deployment {deployment_key} not in the cache"
+        )));
+    };
+    let deployment_spec = deployment.spec;
+    let Some(selector) = selector_string(&deployment_spec.selector) else {
+        return Ok(Recommendation::Skip(format!(
+            "deployment {deployment_key} has an empty selector"
+        )));
+    };
+    let pods: Vec<Pod> = cache::list(&Gvk::of::<Pod>())
+        .namespace(namespace)
+        .label_selector(selector)
+        .fetch()?
+        .parse()?;
+
+    let (mut usage, mut requests, mut ready) = (0_i64, 0_i64, 0_usize);
+    for pod in pods.iter().filter(|pod| is_ready(pod)) {
+        let (Some(pod_usage), Some(pod_requests)) = (pod_usage(pod), pod_cpu_requests(pod)) else {
+            continue;
+        };
+        usage += pod_usage;
+        requests += pod_requests;
+        ready += 1;
+    }
+    if ready == 0 || requests == 0 {
+        return Ok(Recommendation::Skip(format!(
+            "no ready pods with cpu metrics behind {deployment_key}"
+        )));
+    }
+    let utilization = usage * 100 / requests;
+    let current = deployment_spec.replicas.unwrap_or(1);
+    let ratio = utilization as f64 / f64::from(target);
+    let desired = if (ratio - 1.0).abs() <= TOLERANCE {
+        current
+    } else {
+        (ratio * ready as f64).ceil() as i32
+    };
+    let desired = desired.clamp(spec.min_replicas.unwrap_or(1), spec.max_replicas);
+    Ok(Recommendation::Scale {
+        deployment: target_ref.name.clone(),
+        pods: ready,
+        utilization,
+        target,
+        current,
+        desired,
+    })
+}
+
+fn cpu_utilization_target(metrics: &[MetricSpec]) -> Option<i32> {
+    metrics.iter().find_map(|metric| {
+        let resource = metric.resource.as_ref()?;
+        (resource.name == "cpu").then_some(resource.target.average_utilization?)
+    })
+}
+
+/// A label selector in the string form the cache understands.
+fn selector_string(selector: &LabelSelector) -> Option<String> {
+    let mut terms: Vec<String> = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    for expression in selector.match_expressions.iter().flatten() {
+        let values = expression.values.as_deref().unwrap_or_default().join(",");
+        terms.push(match expression.operator.as_str() {
+            "In" => format!("{} in ({values})", expression.key),
+            "NotIn" => format!("{} notin ({values})", expression.key),
+            "Exists" => expression.key.clone(),
+            _ => format!("!{}", expression.key),
+        });
+    }
+    (!terms.is_empty()).then(|| terms.join(","))
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|status| status.conditions.as_deref());
+    conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+}
+
+fn pod_usage(pod: &Pod) -> Option<i64> {
+    pod.metadata.annotations.as_ref()?.get(USAGE_ANNOTATION)?.parse().ok()
+}
+
+fn pod_cpu_requests(pod: &Pod) -> Option<i64> {
+    let containers = &pod.spec.as_ref()?.containers;
+    let mut total = 0;
+    for container in containers {
+        let requests = container.resources.as_ref()?.requests.as_ref()?;
+        total += millicores(&requests.get("cpu")?.0)?;
+    }
+    Some(total)
+}
+
+/// A CPU quantity (`250m`, `1`, `0.5`) in millicores.
+fn millicores(quantity: &str) -> Option<i64> {
+    match quantity.strip_suffix('m') {
+        Some(milli) => milli.parse().ok(),
+        None => quantity
+            .parse::<f64>()
+            .ok()
+            .map(|cores| (cores * 1000.0).round() as i64),
+    }
+}
+
+kinformer_sdk::plugin!(HpaAdvisor);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_quantities_convert_to_millicores() {
+        assert_eq!(millicores("250m"), Some(250));
+        assert_eq!(millicores("2"), Some(2000));
+        assert_eq!(millicores("0.5"), Some(500));
+        assert_eq!(millicores("lots"), None);
+    }
+
+    #[test]
+    fn selectors_render_match_labels_and_expressions() {
+        let selector: LabelSelector = serde_json::from_value(serde_json::json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["a", "b"]},
+                {"key": "canary", "operator": "DoesNotExist"}
+            ]
+        }))
+        .expect("valid selector");
+        assert_eq!(
+            selector_string(&selector).as_deref(),
+            Some("app=web,tier in (a,b),!canary")
+        );
+        assert_eq!(selector_string(&LabelSelector::default()), None);
+    }
+}

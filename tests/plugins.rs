@@ -1,0 +1,236 @@
+//! The example plugins, built from `plugins/` as components, loaded and called
+//! through the host's plugin path.
+
+use std::sync::Arc;
+
+use kinformer::caches::Caches;
+use kinformer::delta::{Delta, DeltaType};
+use kinformer::indexer::indexer;
+use kinformer::object::CachedObject;
+use kinformer::plugin::{Error, PluginOptions};
+use kinformer_tests::{engine, example, messages, object};
+use kube::api::GroupVersionKind;
+use serde_json::json;
+
+fn pod(name: &str, rv: &str, cpu_millicores: u32) -> Arc<CachedObject> {
+    object(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"), "resourceVersion": rv,
+                     "labels": {"app": "web"},
+                     "annotations": {"metrics.kinformer.dev/cpu-millicores": cpu_millicores.to_string()}},
+        "spec": {"containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "200m"}}}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+}
+
+#[test]
+fn delta_logger_logs_added_updated_and_deleted_deltas() {
+    let mut instance = example("delta-logger")
+        .instantiate(Caches::new(), PluginOptions::default())
+        .unwrap();
+
+    let registration = instance.init("v1/Pod, apps/v1/Deployment").unwrap();
+    assert_eq!(registration.name, "delta-logger");
+    let watched: Vec<_> = registration.subscriptions.iter().map(|s| s.gvk.clone()).collect();
+    assert_eq!(
+        watched,
+        [
+            GroupVersionKind::gvk("", "v1", "Pod"),
+            GroupVersionKind::gvk("apps", "v1", "Deployment")
+        ]
+    );
+    assert!(registration.subscriptions.iter().all(|s| s.deliver));
+
+    let gvk = Arc::new(GroupVersionKind::gvk("", "v1", "Pod"));
+    let (v1, v2) = (pod("web-0", "10", 50), pod("web-0", "11", 60));
+    let batch = [
+        Delta::new(DeltaType::Added, gvk.clone(), v1.clone()).in_initial_list(),
+        Delta::updated(gvk.clone(), v1, v2.clone()),
+    ];
+    instance.handle(&batch).unwrap();
+    instance.handle(&[Delta::new(DeltaType::Deleted, gvk, v2)]).unwrap();
+
+    assert_eq!(
+        messages(&instance),
+        [
+            "Added Pod shop/web-0 rv=10 (initial list)",
+            "Updated Pod shop/web-0 rv=11",
+            "Deleted Pod shop/web-0 rv=11",
+        ]
+    );
+}
+
+#[test]
+fn delta_logger_refuses_a_malformed_config() {
+    let mut instance = example("delta-logger")
+        .instantiate(Caches::new(), PluginOptions::default())
+        .unwrap();
+    let error = instance.init("Pod").unwrap_err();
+    assert!(
+        matches!(&error, Error::Plugin { call: "init", message, .. } if message.contains("bad resource \"Pod\"")),
+        "{error}"
+    );
+    // A plugin that refused to start is not called.
+    let error = instance.handle(&[]).unwrap_err();
+    assert!(
+        error.to_string().contains("handle called before a successful init"),
+        "{error}"
+    );
+}
+
+#[test]
+fn hpa_advisor_queries_the_cache_for_the_target_pods() {
+    // The caches the advisor reads: deployments and pods, as the informers keep them.
+    let caches = Caches::new();
+    let (deployments, deployment_writer) = indexer();
+    let (pods, pod_writer) = indexer();
+    caches.insert(GroupVersionKind::gvk("apps", "v1", "Deployment"), deployments);
+    caches.insert(GroupVersionKind::gvk("", "v1", "Pod"), pods);
+    deployment_writer.apply(object(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "1"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": {}}
+    })));
+    for (i, cpu) in [180, 190, 200].into_iter().enumerate() {
+        pod_writer.apply(pod(&format!("web-{i}"), "2", cpu));
+    }
+    // A busy pod of another app in the namespace must not count.
+    pod_writer.apply(object(json!({
+        "metadata": {"name": "db-0", "namespace": "shop", "labels": {"app": "db"},
+                     "annotations": {"metrics.kinformer.dev/cpu-millicores": "5000"}},
+        "spec": {"containers": [{"name": "db", "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    })));
+
+    let mut instance = example("hpa-advisor")
+        .instantiate(caches, PluginOptions::default())
+        .unwrap();
+    let registration = instance.init("").unwrap();
+    let delivered: Vec<_> = registration
+        .subscriptions
+        .iter()
+        .map(|s| (s.gvk.kind.as_str(), s.deliver))
+        .collect();
+    assert_eq!(
+        delivered,
+        [("HorizontalPodAutoscaler", true), ("Deployment", false), ("Pod", false)]
+    );
+
+    let hpa_gvk = Arc::new(GroupVersionKind::gvk("autoscaling", "v2", "HorizontalPodAutoscaler"));
+    let hpa = object(json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "3"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "minReplicas": 2, "maxReplicas": 10,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                              "target": {"type": "Utilization", "averageUtilization": 50}}}]}
+    }));
+    instance
+        .handle(&[Delta::new(DeltaType::Added, hpa_gvk.clone(), hpa.clone())])
+        .unwrap();
+    // 570m used of 600m requested is 95%; at a 50% target, 3 pods become ceil(3 × 1.9) = 6.
+    assert_eq!(
+        messages(&instance),
+        ["hpa shop/web: 3 ready pods of deployment web at 95% cpu (target 50%): would scale 3 -> 6"]
+    );
+
+    // One pod goes and the load falls on the other two: the minimum holds.
+    pod_writer.delete("shop/web-2");
+    pod_writer.apply(pod("web-0", "4", 10));
+    pod_writer.apply(pod("web-1", "4", 10));
+    instance
+        .handle(&[Delta::new(DeltaType::Sync, hpa_gvk.clone(), hpa.clone())])
+        .unwrap();
+    instance
+        .handle(&[Delta::new(DeltaType::Deleted, hpa_gvk, hpa)])
+        .unwrap();
+    assert_eq!(
+        messages(&instance)[1..],
+        [
+            "hpa shop/web: 2 ready pods of deployment web at 5% cpu (target 50%): would scale 3 -> 2",
+            "hpa shop/web: deleted, nothing to scale",
+        ]
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_component_is_rejected_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, delta_logger) = plugin_artifacts::ALL[0];
+    for (name, bytes) in [
+        ("notes.wasm", b"these are not the bytes you are looking for".to_vec()),
+        ("core-module.wasm", wat::parse_str("(module)").unwrap()),
+        ("truncated.wasm", delta_logger[..delta_logger.len() / 2].to_vec()),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let error = engine().load_file(&path).unwrap_err();
+        assert!(matches!(error, Error::Compile { .. }), "{name}: {error:?}");
+        assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+    }
+    let missing = dir.path().join("missing.wasm");
+    let error = engine().load_file(&missing).unwrap_err();
+    assert!(error.to_string().contains("missing.wasm"), "{error}");
+}
+
+#[test]
+fn a_component_of_another_world_is_rejected_naming_the_world() {
+    let cases = [
+        ("empty", "(component)"),
+        ("wrong-import", r#"(component (import "evil:net/socket" (func)))"#),
+    ];
+    for (name, wat) in cases {
+        let error = engine().load_bytes(name, &wat::parse_str(wat).unwrap()).unwrap_err();
+        assert!(matches!(error, Error::Link { .. }), "{name}: {error:?}");
+        let message = error.to_string();
+        assert!(message.starts_with(&format!("{name}:")), "{message}");
+        assert!(message.contains("kinformer:plugin/plugin@0.1.0"), "{message}");
+    }
+}
+
+#[test]
+fn the_demo_drives_both_example_plugins_through_the_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    kinformer::demo::write_plugins(dir.path(), plugin_artifacts::ALL).unwrap();
+    let config = kinformer::demo::DemoConfig::new(dir.path()).step_delay(std::time::Duration::ZERO);
+    let instances = kinformer::demo::run(&config).unwrap();
+    let logs = |name: &str| {
+        let instance = instances.iter().find(|i| i.name() == name).expect("plugin loaded");
+        messages(instance)
+    };
+    let pod_deltas = logs("delta-logger");
+    assert_eq!(pod_deltas.len(), 9, "{pod_deltas:#?}");
+    assert_eq!(pod_deltas[0], "Added Pod shop/web-0 rv=2");
+    assert_eq!(pod_deltas[6], "Deleted Pod shop/web-2 rv=8");
+    let advice = logs("hpa-advisor");
+    assert_eq!(advice.len(), 4, "{advice:#?}");
+    assert!(advice[0].ends_with("would scale 3 -> 3"), "{advice:#?}");
+    assert!(advice[1].ends_with("would scale 3 -> 6"), "{advice:#?}");
+    assert!(advice[2].ends_with("would scale 3 -> 2"), "{advice:#?}");
+    // The node index counts the pods on node-1 as they come and go.
+    let neighbours = logs("node-watcher");
+    assert_eq!(
+        neighbours[..3],
+        [
+            "Added shop/web-0: 1 pods on node-1",
+            "Added shop/web-1: 2 pods on node-1",
+            "Added shop/web-2: 3 pods on node-1"
+        ]
+    );
+    assert_eq!(neighbours[6], "Deleted shop/web-2: 2 pods on node-1");
+}
+
+#[test]
+fn the_readme_plugin_is_the_node_watcher_example() {
+    let readme = include_str!("../README.md");
+    let snippet = readme
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README has a rust block");
+    let source = include_str!("../plugins/node-watcher/src/lib.rs");
+    assert!(
+        source.ends_with(snippet),
+        "README's plugin differs from plugins/node-watcher"
+    );
+}
