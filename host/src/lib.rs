@@ -13,4 +13,6 @@ pub mod demo;
 pub mod indexer;
 pub mod object;
 pub mod plugin;
-pub mod selector;
+
+/// Kubernetes label selectors.
+pub use kinformer_selector as selector;

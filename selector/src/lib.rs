@@ -1,4 +1,4 @@
-//! Kubernetes label selectors: parsing the string form and matching labels.
+//! Kubernetes label selectors: parsing the string form and matching labels, as the API server does.
 //!
 //! The grammar is the API server's: comma-separated requirements, each one of
 //! `key`, `!key`, `key=value`, `key==value`, `key!=value`, `key in (v1,v2)` or

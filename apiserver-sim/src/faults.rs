@@ -1,0 +1,146 @@
+//! Fault injection: the failures a real API server and network produce, on demand.
+//!
+//! Every fault is counted, so a test can assert that what it injected happened.
+
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+/// The fault switches and counters of one server. Shared by its handlers.
+#[derive(Debug)]
+pub struct Faults {
+    close_watches: watch::Sender<u64>,
+    expire_next_watch: AtomicBool,
+    fail_remaining: AtomicU64,
+    fail_code: AtomicU16,
+    hang_watches: watch::Sender<bool>,
+    latency_ms: AtomicU64,
+    counts: Counters,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    watches_closed: AtomicU64,
+    expired_watches: AtomicU64,
+    failed_requests: AtomicU64,
+    hangs: AtomicU64,
+    delayed_requests: AtomicU64,
+}
+
+/// How many times each fault happened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultCounts {
+    /// Open watches closed by [`Faults::close_watches`].
+    pub watches_closed: u64,
+    /// Watches answered with 410 Gone by [`Faults::expire_next_watch`].
+    pub expired_watches: u64,
+    /// Requests answered with an injected error status.
+    pub failed_requests: u64,
+    /// Times watches were hung by [`Faults::hang_watches`].
+    pub hangs: u64,
+    /// Requests delayed by injected latency.
+    pub delayed_requests: u64,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            close_watches: watch::channel(0).0,
+            expire_next_watch: AtomicBool::new(false),
+            fail_remaining: AtomicU64::new(0),
+            fail_code: AtomicU16::new(500),
+            hang_watches: watch::channel(false).0,
+            latency_ms: AtomicU64::new(0),
+            counts: Counters::default(),
+        }
+    }
+}
+
+impl Faults {
+    /// Closes every open watch, as a restarting server or a dropped connection does.
+    pub fn close_watches(&self) {
+        let open = self.close_watches.receiver_count() as u64;
+        self.counts.watches_closed.fetch_add(open, Ordering::Relaxed);
+        self.close_watches.send_modify(|generation| *generation += 1);
+    }
+
+    /// Answers the next watch request with a 410 Gone `ERROR` event.
+    pub fn expire_next_watch(&self) {
+        self.expire_next_watch.store(true, Ordering::SeqCst);
+    }
+
+    /// Answers the next `count` API requests with `code` (429 or 500).
+    pub fn fail_next_requests(&self, count: u64, code: u16) {
+        self.fail_code.store(code, Ordering::SeqCst);
+        self.fail_remaining.store(count, Ordering::SeqCst);
+    }
+
+    /// Hangs (`true`) or resumes (`false`) every watch: a hung watch stays open but
+    /// sends nothing, not even bookmarks.
+    pub fn hang_watches(&self, hang: bool) {
+        if hang && !*self.hang_watches.borrow() {
+            self.counts.hangs.fetch_add(1, Ordering::Relaxed);
+        }
+        self.hang_watches.send_replace(hang);
+    }
+
+    /// Delays every response by `latency`.
+    pub fn set_latency(&self, latency: Duration) {
+        self.latency_ms.store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// The counters.
+    #[must_use]
+    pub fn counts(&self) -> FaultCounts {
+        let c = &self.counts;
+        FaultCounts {
+            watches_closed: c.watches_closed.load(Ordering::Relaxed),
+            expired_watches: c.expired_watches.load(Ordering::Relaxed),
+            failed_requests: c.failed_requests.load(Ordering::Relaxed),
+            hangs: c.hangs.load(Ordering::Relaxed),
+            delayed_requests: c.delayed_requests.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The latency to add to this request, counted when non-zero.
+    pub(crate) fn take_latency(&self) -> Option<Duration> {
+        let ms = self.latency_ms.load(Ordering::SeqCst);
+        (ms > 0).then(|| {
+            self.counts.delayed_requests.fetch_add(1, Ordering::Relaxed);
+            Duration::from_millis(ms)
+        })
+    }
+
+    /// The status code to fail this request with, if a failure is pending.
+    pub(crate) fn take_failure(&self) -> Option<u16> {
+        self.fail_remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| {
+                self.counts.failed_requests.fetch_add(1, Ordering::Relaxed);
+                self.fail_code.load(Ordering::SeqCst)
+            })
+    }
+
+    /// Whether this watch must answer 410 Gone.
+    pub(crate) fn take_expiry(&self) -> bool {
+        let expire = self.expire_next_watch.swap(false, Ordering::SeqCst);
+        if expire {
+            self.counts.expired_watches.fetch_add(1, Ordering::Relaxed);
+        }
+        expire
+    }
+
+    /// A receiver that changes when watches must close.
+    pub(crate) fn closing(&self) -> watch::Receiver<u64> {
+        self.close_watches.subscribe()
+    }
+
+    /// A receiver of the hang switch.
+    pub(crate) fn hanging(&self) -> watch::Receiver<bool> {
+        self.hang_watches.subscribe()
+    }
+}

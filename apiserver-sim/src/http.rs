@@ -1,0 +1,457 @@
+//! The HTTP surface: Kubernetes REST paths, discovery, and the `/sim` control API.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{BufMut, BytesMut};
+use kinformer_selector::Selector;
+use serde_json::{Value, json};
+
+use crate::status::{ApiError, Result};
+use crate::store::{Filter, ListOptions, PatchType, Preconditions, ResourceId, StoredObject};
+use crate::watch::{self, Start, WatchRequest};
+use crate::{Shared, resources, server_stats};
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    let query: HashMap<String, String> = query
+        .as_deref()
+        .map(|query| serde_urlencoded::from_str(query).unwrap_or_default())
+        .unwrap_or_default();
+    let path = uri.path().trim_end_matches('/');
+    if let Some(control) = path.strip_prefix("/sim/") {
+        return sim_control(&shared, &method, control, &query);
+    }
+    shared.stats.request();
+    if let Some(latency) = shared.faults.take_latency() {
+        tokio::time::sleep(latency).await;
+    }
+    if let Some(code) = shared.faults.take_failure() {
+        return error_response(&ApiError::injected(code));
+    }
+    let request = Request {
+        shared: &shared,
+        method: &method,
+        path,
+        headers: &headers,
+        query: &query,
+        body: &body,
+    };
+    match request.serve() {
+        Ok(response) => response,
+        Err(error) => error_response(&error),
+    }
+}
+
+struct Request<'a> {
+    shared: &'a Arc<Shared>,
+    method: &'a Method,
+    path: &'a str,
+    headers: &'a HeaderMap,
+    query: &'a HashMap<String, String>,
+    body: &'a Bytes,
+}
+
+/// What a resource path addresses.
+struct Target {
+    id: ResourceId,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+impl Request<'_> {
+    fn serve(&self) -> Result<Response> {
+        let segments: Vec<&str> = self.path.split('/').filter(|s| !s.is_empty()).collect();
+        let store = &self.shared.store;
+        match segments[..] {
+            ["version"] => Ok(json_response(StatusCode::OK, &resources::version())),
+            ["api"] => Ok(json_response(
+                StatusCode::OK,
+                &resources::core_versions(&self.shared.address.to_string()),
+            )),
+            ["apis"] => {
+                let defs = store.defs();
+                Ok(json_response(
+                    StatusCode::OK,
+                    &resources::group_list(defs.iter().map(|d| &**d)),
+                ))
+            }
+            ["api", "v1"] => self.resource_list("", "v1"),
+            ["apis", group, version] => self.resource_list(group, version),
+            ["apis", group] => {
+                let defs = store.defs();
+                let list = resources::group_list(defs.iter().map(|d| &**d));
+                let found = list["groups"]
+                    .as_array()
+                    .and_then(|groups| groups.iter().find(|g| g["name"] == group).cloned());
+                match found {
+                    Some(mut group) => {
+                        group["kind"] = json!("APIGroup");
+                        group["apiVersion"] = json!("v1");
+                        Ok(json_response(StatusCode::OK, &group))
+                    }
+                    None => Err(ApiError::no_route(self.path)),
+                }
+            }
+            ["api", "v1", ref rest @ ..] => self.resource("", "v1", rest),
+            ["apis", group, version, ref rest @ ..] => self.resource(group, version, rest),
+            _ => Err(ApiError::no_route(self.path)),
+        }
+    }
+
+    fn resource_list(&self, group: &str, version: &str) -> Result<Response> {
+        let defs = self.shared.store.defs();
+        let defs: Vec<_> = defs
+            .iter()
+            .filter(|d| d.group == group && d.version == version)
+            .collect();
+        if defs.is_empty() {
+            return Err(ApiError::no_route(self.path));
+        }
+        let group_version = if group.is_empty() {
+            version.to_owned()
+        } else {
+            format!("{group}/{version}")
+        };
+        Ok(json_response(
+            StatusCode::OK,
+            &resources::resource_list(&group_version, defs.into_iter().map(|d| &**d)),
+        ))
+    }
+
+    fn target(&self, group: &str, version: &str, rest: &[&str]) -> Result<Target> {
+        let store = &self.shared.store;
+        let id = |plural: &str| ResourceId::new(group, version, plural);
+        let namespaced = |plural: &str| store.def(&id(plural)).is_some_and(|def| def.namespaced);
+        let target = match *rest {
+            ["namespaces", namespace, plural, ref tail @ ..] if !group.is_empty() || namespaced(plural) => Target {
+                id: id(plural),
+                namespace: Some(namespace.to_owned()),
+                name: tail.first().map(|s| (*s).to_owned()),
+                subresource: tail.get(1).map(|s| (*s).to_owned()),
+            },
+            [plural, ref tail @ ..] => Target {
+                id: id(plural),
+                namespace: None,
+                name: tail.first().map(|s| (*s).to_owned()),
+                subresource: tail.get(1).map(|s| (*s).to_owned()),
+            },
+            [] => return Err(ApiError::no_route(self.path)),
+        };
+        if rest.len() > 5 || store.def(&target.id).is_none() {
+            return Err(ApiError::no_route(self.path));
+        }
+        Ok(target)
+    }
+
+    fn resource(&self, group: &str, version: &str, rest: &[&str]) -> Result<Response> {
+        let target = self.target(group, version, rest)?;
+        let store = &self.shared.store;
+        let def = store.def(&target.id).ok_or_else(|| ApiError::no_route(self.path))?;
+        if target.namespace.is_some() && !def.namespaced {
+            return Err(ApiError::no_route(self.path));
+        }
+        let namespace = target.namespace.as_deref();
+        let status = match target.subresource.as_deref() {
+            None => false,
+            Some("status") if def.status_subresource => true,
+            Some(_) => return Err(ApiError::no_route(self.path)),
+        };
+        let Some(name) = target.name.as_deref() else {
+            // The collection.
+            let filter = self.filter(namespace, &def.kind)?;
+            return match *self.method {
+                Method::GET if self.flag("watch") => self.watch(target.id, def, filter),
+                Method::GET => self.list(&target.id, &def, &filter),
+                Method::POST => {
+                    let created = store.create(&target.id, namespace, self.json_body()?)?;
+                    Ok(object_response(StatusCode::CREATED, &created))
+                }
+                Method::DELETE => {
+                    let deleted = store.delete_collection(&target.id, &filter)?;
+                    Ok(list_response(&def, store.resource_version(), None, &deleted))
+                }
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "{} is not allowed on a collection",
+                    self.method
+                ))),
+            };
+        };
+        match *self.method {
+            Method::GET => Ok(object_response(
+                StatusCode::OK,
+                &store.get(&target.id, namespace, name)?,
+            )),
+            Method::PUT => {
+                let updated = store.update(&target.id, namespace, name, self.json_body()?, status)?;
+                Ok(object_response(StatusCode::OK, &updated))
+            }
+            Method::PATCH => {
+                let content_type = self
+                    .headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|value| value.to_str().ok())
+                    .unwrap_or_default();
+                let patch_type = PatchType::from_content_type(content_type)?;
+                let patched = store.patch(&target.id, namespace, name, patch_type, self.json_body()?, status)?;
+                Ok(object_response(StatusCode::OK, &patched))
+            }
+            Method::DELETE if !status => {
+                let options: Value = if self.body.is_empty() {
+                    Value::Null
+                } else {
+                    self.json_body()?
+                };
+                let preconditions = Preconditions {
+                    uid: options["preconditions"]["uid"].as_str().map(str::to_owned),
+                    resource_version: options["preconditions"]["resourceVersion"].as_str().map(str::to_owned),
+                };
+                let deleted = store.delete(&target.id, namespace, name, &preconditions)?;
+                Ok(object_response(StatusCode::OK, &deleted))
+            }
+            _ => Err(ApiError::method_not_allowed(format!(
+                "{} is not allowed here",
+                self.method
+            ))),
+        }
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.query
+            .get(name)
+            .is_some_and(|value| value == "true" || value == "1")
+    }
+
+    fn json_body(&self) -> Result<Value> {
+        serde_json::from_slice(self.body)
+            .map_err(|error| ApiError::bad_request(format!("the request body is not valid JSON: {error}")))
+    }
+
+    fn filter(&self, namespace: Option<&str>, kind: &str) -> Result<Filter> {
+        let mut filter = Filter {
+            namespace: namespace.map(str::to_owned),
+            ..Filter::default()
+        };
+        if let Some(selector) = self.query.get("labelSelector") {
+            filter.labels = Selector::parse(selector).map_err(|error| ApiError::bad_request(error.to_string()))?;
+        }
+        if let Some(selector) = self.query.get("fieldSelector") {
+            filter.parse_fields(selector, kind)?;
+        }
+        Ok(filter)
+    }
+
+    fn list(&self, id: &ResourceId, def: &resources::ResourceDef, filter: &Filter) -> Result<Response> {
+        let options = ListOptions {
+            limit: self.query.get("limit").and_then(|limit| limit.parse().ok()),
+            continue_token: self.query.get("continue").filter(|c| !c.is_empty()).cloned(),
+            resource_version: self.query.get("resourceVersion").cloned(),
+            resource_version_match: self
+                .query
+                .get("resourceVersionMatch")
+                .filter(|m| !m.is_empty())
+                .cloned(),
+        };
+        let page = self.shared.store.list(id, filter, &options)?;
+        if self.wants_table() {
+            return Ok(table_response(page.resource_version, &page.items));
+        }
+        Ok(list_response(
+            def,
+            page.resource_version,
+            page.continue_token.as_deref(),
+            &page.items,
+        ))
+    }
+
+    /// kubectl asks for server-side printed tables.
+    fn wants_table(&self) -> bool {
+        self.headers
+            .get(header::ACCEPT)
+            .and_then(|accept| accept.to_str().ok())
+            .is_some_and(|accept| accept.contains("as=Table"))
+    }
+
+    fn watch(&self, id: ResourceId, def: Arc<resources::ResourceDef>, filter: Filter) -> Result<Response> {
+        let rv = self
+            .query
+            .get("resourceVersion")
+            .map(String::as_str)
+            .unwrap_or_default();
+        let bookmarks = self.flag("allowWatchBookmarks");
+        let start = if self.flag("sendInitialEvents") {
+            Start::CurrentState {
+                end_bookmark: bookmarks,
+            }
+        } else if rv.is_empty() || rv == "0" {
+            Start::CurrentState { end_bookmark: false }
+        } else {
+            let rv: u64 = rv
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
+            let current = self.shared.store.resource_version();
+            if rv > current {
+                return Err(ApiError::too_large_resource_version(rv, current));
+            }
+            Start::After(rv)
+        };
+        let timeout = self
+            .query
+            .get("timeoutSeconds")
+            .and_then(|seconds| seconds.parse().ok())
+            .map(Duration::from_secs);
+        let request = WatchRequest {
+            id,
+            def,
+            filter,
+            start,
+            bookmarks,
+            timeout,
+        };
+        let chunks = watch::spawn(Arc::clone(self.shared), request);
+        let stream = futures::stream::unfold(chunks, |mut chunks| async move {
+            let chunk = chunks.recv().await?;
+            Some((Ok::<_, std::convert::Infallible>(chunk), chunks))
+        });
+        let mut response = Response::new(Body::from_stream(stream));
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        Ok(response)
+    }
+}
+
+/// The `/sim` control API: faults and counters, for people poking a running
+/// emulation with curl.
+fn sim_control(shared: &Shared, method: &Method, path: &str, query: &HashMap<String, String>) -> Response {
+    let faults = &shared.faults;
+    let number = |name: &str, default: u64| query.get(name).and_then(|v| v.parse().ok()).unwrap_or(default);
+    match (method, path) {
+        (&Method::GET, "stats") => json_response(StatusCode::OK, &json!(server_stats(shared))),
+        (&Method::POST, "faults/close-watches") => {
+            faults.close_watches();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        (&Method::POST, "faults/expire-next-watch") => {
+            faults.expire_next_watch();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        (&Method::POST, "faults/fail") => {
+            faults.fail_next_requests(number("count", 1), number("code", 500) as u16);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        (&Method::POST, "faults/hang") => {
+            faults.hang_watches(query.get("on").is_none_or(|on| on != "false"));
+            StatusCode::NO_CONTENT.into_response()
+        }
+        (&Method::POST, "faults/latency") => {
+            faults.set_latency(Duration::from_millis(number("ms", 0)));
+            StatusCode::NO_CONTENT.into_response()
+        }
+        (&Method::POST, "compact") => {
+            shared.store.compact();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        _ => error_response(&ApiError::no_route(&format!("/sim/{path}"))),
+    }
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response {
+    bytes_response(
+        status,
+        Bytes::from(serde_json::to_vec(value).expect("a JSON value serializes")),
+    )
+}
+
+fn bytes_response(status: StatusCode, bytes: Bytes) -> Response {
+    let mut response = Response::new(Body::from(bytes));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn object_response(status: StatusCode, object: &Arc<StoredObject>) -> Response {
+    bytes_response(status, object.json.clone())
+}
+
+/// A list, assembled from the items' stored bytes without re-serializing them.
+fn list_response(
+    def: &resources::ResourceDef,
+    rv: u64,
+    continue_token: Option<&str>,
+    items: &[Arc<StoredObject>],
+) -> Response {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if let Some(token) = continue_token {
+        metadata["continue"] = json!(token);
+    }
+    let head = json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": metadata});
+    let head = serde_json::to_vec(&head).expect("a JSON value serializes");
+    let size = items.iter().map(|item| item.json.len() + 1).sum::<usize>() + head.len() + 16;
+    let mut buf = BytesMut::with_capacity(size);
+    buf.put_slice(&head[..head.len() - 1]);
+    buf.put_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            buf.put_u8(b',');
+        }
+        buf.put_slice(&item.json);
+    }
+    buf.put_slice(b"]}");
+    bytes_response(StatusCode::OK, buf.freeze())
+}
+
+/// A `meta.k8s.io/v1` Table with name and age columns, as kubectl prints.
+fn table_response(rv: u64, items: &[Arc<StoredObject>]) -> Response {
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let metadata = &item.value["metadata"];
+            json!({
+                "cells": [item.name, metadata["creationTimestamp"]],
+                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata},
+            })
+        })
+        .collect();
+    let table = json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": rv.to_string()},
+        "columnDefinitions": [
+            {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
+            {"name": "Created At", "type": "date", "format": "", "description": "Creation timestamp", "priority": 0},
+        ],
+        "rows": rows,
+    });
+    json_response(StatusCode::OK, &table)
+}
+
+fn error_response(error: &ApiError) -> Response {
+    let status = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = json_response(status, &error.to_status());
+    if error.code == 429 {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}

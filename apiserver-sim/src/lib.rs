@@ -1,0 +1,333 @@
+//! An embedded Kubernetes API server emulation, for demos, tests and benchmarks.
+//!
+//! [`ApiServer::start`] serves the Kubernetes REST API over real HTTP on a loopback
+//! port: discovery, get/list/watch/create/update/patch/delete/deletecollection,
+//! the `status` subresource, label and field selectors, paging with continue
+//! tokens, a cluster-wide `resourceVersion` with a compaction window (older
+//! versions answer 410 Gone), watch bookmarks and streaming lists
+//! (`sendInitialEvents`). kube-rs clients and `kubectl` talk to it as to a cluster.
+//!
+//! [`Faults`] injects what real clusters do to clients: dropped watches, 410s,
+//! 429/500 answers, hung watches and latency. [`workload::Workload`] generates a
+//! seeded synthetic cluster workload.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use apiserver_sim::{ApiServer, SimConfig};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::api::{Api, PostParams};
+//!
+//! let server = ApiServer::start(SimConfig::default()).await?;
+//! let client = kube::Client::try_from(server.client_config())?;
+//! let configmaps: Api<ConfigMap> = Api::namespaced(client, "default");
+//! let mut cm = ConfigMap::default();
+//! cm.metadata.name = Some("settings".into());
+//! configmaps.create(&PostParams::default(), &cm).await?;
+//! server.faults().close_watches();
+//! # Ok(()) }
+//! ```
+
+mod faults;
+mod http;
+pub mod resources;
+pub mod status;
+pub mod store;
+mod watch;
+pub mod workload;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+pub use faults::{FaultCounts, Faults};
+pub use resources::ResourceDef;
+use store::{ResourceId, Store};
+
+/// Settings of an emulated server.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The loopback port; 0 picks a free one.
+    pub port: u16,
+    /// Events kept per resource; a watch or exact list older than that gets 410.
+    pub compaction_window: usize,
+    /// How often watches that asked for bookmarks get one.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            port: 0,
+            compaction_window: 100_000,
+            bookmark_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+impl SimConfig {
+    /// Sets [`SimConfig::port`].
+    #[must_use]
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Sets [`SimConfig::compaction_window`].
+    #[must_use]
+    pub fn compaction_window(mut self, events: usize) -> Self {
+        self.compaction_window = events;
+        self
+    }
+
+    /// Sets [`SimConfig::bookmark_interval`].
+    #[must_use]
+    pub fn bookmark_interval(mut self, interval: Duration) -> Self {
+        self.bookmark_interval = interval;
+        self
+    }
+}
+
+/// What the handlers share.
+pub(crate) struct Shared {
+    pub(crate) store: Store,
+    pub(crate) faults: Faults,
+    pub(crate) stats: Stats,
+    pub(crate) bookmark_interval: Duration,
+    pub(crate) address: SocketAddr,
+    /// Set when the server stops: watches and workloads end.
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
+}
+
+/// Request and watch counters.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    requests: AtomicU64,
+    watches_opened: Mutex<HashMap<String, u64>>,
+    watches_open: Mutex<HashMap<String, u64>>,
+}
+
+impl Stats {
+    pub(crate) fn request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn watch_opened(&self, id: &ResourceId) {
+        let name = stat_name(id);
+        *lock(&self.watches_opened).entry(name.clone()).or_default() += 1;
+        *lock(&self.watches_open).entry(name).or_default() += 1;
+    }
+
+    pub(crate) fn watch_closed(&self, id: &ResourceId) {
+        if let Some(open) = lock(&self.watches_open).get_mut(&stat_name(id)) {
+            *open = open.saturating_sub(1);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn stat_name(id: &ResourceId) -> String {
+    if id.group.is_empty() {
+        id.plural.clone()
+    } else {
+        format!("{}.{}", id.plural, id.group)
+    }
+}
+
+/// A snapshot of the server's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStats {
+    /// API requests served (discovery included).
+    pub requests: u64,
+    /// Watches ever opened, by resource (`pods`, `deployments.apps`).
+    pub watches_opened: HashMap<String, u64>,
+    /// Watches open now, by resource.
+    pub watches_open: HashMap<String, u64>,
+    /// The cluster-wide resourceVersion.
+    pub resource_version: u64,
+    /// The faults injected so far.
+    pub faults: FaultCounts,
+}
+
+/// A running emulated API server. Dropping it stops the server.
+pub struct ApiServer {
+    shared: Arc<Shared>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer")
+            .field("address", &self.shared.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiServer {
+    /// Starts serving on `127.0.0.1`, with the built-in resources and the
+    /// `default`, `kube-system` and `kube-public` namespaces.
+    ///
+    /// # Errors
+    ///
+    /// When the port cannot be bound.
+    pub async fn start(config: SimConfig) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port)).await?;
+        let address = listener.local_addr()?;
+        let store = Store::new(resources::built_in(), config.compaction_window);
+        let namespaces = ResourceId::new("", "v1", "namespaces");
+        for namespace in ["default", "kube-system", "kube-public"] {
+            store
+                .create(&namespaces, None, json!({"metadata": {"name": namespace}}))
+                .expect("a fresh store takes the default namespaces");
+        }
+        let shared = Arc::new(Shared {
+            store,
+            faults: Faults::default(),
+            stats: Stats::default(),
+            bookmark_interval: config.bookmark_interval,
+            address,
+            stopping: tokio::sync::watch::channel(false).0,
+        });
+        let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = http::router(Arc::clone(&shared));
+        tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(error) = serve.await {
+                tracing::error!(%error, "emulated API server stopped");
+            }
+        });
+        tracing::info!(%address, "emulated API server listening");
+        Ok(Self {
+            shared,
+            shutdown: Some(shutdown),
+        })
+    }
+
+    /// The address it listens on.
+    #[must_use]
+    pub fn address(&self) -> SocketAddr {
+        self.shared.address
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("http://{}", self.shared.address)
+    }
+
+    /// A kube-rs client configuration pointing at this server, default namespace
+    /// `default`.
+    ///
+    /// # Panics
+    ///
+    /// Never: the URL is always valid.
+    #[must_use]
+    pub fn client_config(&self) -> kube::Config {
+        let mut config = kube::Config::new(self.url().parse().expect("a valid URL"));
+        config.default_namespace = "default".into();
+        config
+    }
+
+    /// A kubeconfig file's content for this server (for `kubectl`).
+    #[must_use]
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kinformer-sim\n  cluster:\n    server: {url}\n\
+             contexts:\n- name: kinformer-sim\n  context:\n    cluster: kinformer-sim\n    user: kinformer-sim\n    namespace: default\n\
+             current-context: kinformer-sim\nusers:\n- name: kinformer-sim\n  user: {{}}\n",
+            url = self.url()
+        )
+    }
+
+    /// Writes [`ApiServer::kubeconfig`] to `path`.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be written.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig())
+    }
+
+    /// The object store, for writing the way the cluster itself does (workloads,
+    /// controllers) and for checking what it holds.
+    #[must_use]
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// The fault switches.
+    #[must_use]
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    /// Serves another resource type (as registering a CRD does).
+    pub fn register(&self, def: ResourceDef) {
+        self.shared.store.register(def);
+    }
+
+    /// Creates the workload's objects, then keeps changing them at its rate in a
+    /// background task until the returned handle is aborted or the server stops.
+    ///
+    /// # Errors
+    ///
+    /// When the store refuses the initial objects.
+    pub fn start_workload(&self, workload: &workload::Workload) -> status::Result<tokio::task::JoinHandle<()>> {
+        let churn = workload.populate(&self.shared.store)?;
+        let shared = Arc::clone(&self.shared);
+        let mut stopped = self.shared.stopping.subscribe();
+        Ok(tokio::spawn(async move {
+            tokio::select! {
+                () = churn.run(shared) => {}
+                _ = stopped.changed() => {}
+            }
+        }))
+    }
+
+    /// The counters.
+    #[must_use]
+    pub fn stats(&self) -> ServerStats {
+        server_stats(&self.shared)
+    }
+
+    /// Stops serving; open watches end.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.stopping.send_replace(true);
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub(crate) fn server_stats(shared: &Shared) -> ServerStats {
+    ServerStats {
+        requests: shared.stats.requests.load(Ordering::Relaxed),
+        watches_opened: lock(&shared.stats.watches_opened).clone(),
+        watches_open: lock(&shared.stats.watches_open).clone(),
+        resource_version: shared.store.resource_version(),
+        faults: shared.faults.counts(),
+    }
+}

@@ -1,0 +1,185 @@
+//! Kubernetes `Status` errors: the code, reason and message a real server answers.
+
+use serde_json::{Value, json};
+
+/// A failed request, answered as a `Status` object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    /// The HTTP status code.
+    pub code: u16,
+    /// The machine-readable reason, e.g. `NotFound`.
+    pub reason: &'static str,
+    /// The human-readable message.
+    pub message: String,
+    /// `details.name`, `details.kind` (the plural) and `details.group`, when known.
+    pub details: Option<(String, String, String)>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    fn about(mut self, group: &str, plural: &str, name: &str) -> Self {
+        self.details = Some((name.to_owned(), plural.to_owned(), group.to_owned()));
+        self
+    }
+
+    /// 404: `pods "x" not found`.
+    #[must_use]
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", qualified(group, plural)),
+        )
+        .about(group, plural, name)
+    }
+
+    /// 404 for a path that names no resource.
+    #[must_use]
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+    }
+
+    /// 409: the object exists already.
+    #[must_use]
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", qualified(group, plural)),
+        )
+        .about(group, plural, name)
+    }
+
+    /// 409: a stale resourceVersion or a failed precondition.
+    #[must_use]
+    pub fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                qualified(group, plural)
+            ),
+        )
+        .about(group, plural, name)
+    }
+
+    /// 410: a resourceVersion or continue token older than the compaction window.
+    #[must_use]
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    /// 422: the object is invalid.
+    #[must_use]
+    pub fn invalid(group: &str, plural: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            422,
+            "Invalid",
+            format!("{} \"{name}\" is invalid: {why}", qualified(group, plural)),
+        )
+        .about(group, plural, name)
+    }
+
+    /// 400: the request is malformed.
+    #[must_use]
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    /// 405: the verb is not served on this path.
+    #[must_use]
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+
+    /// 415: the patch type is not supported.
+    #[must_use]
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+            ),
+        )
+    }
+
+    /// 429, as an overloaded server answers.
+    #[must_use]
+    pub fn too_many_requests() -> Self {
+        Self::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        )
+    }
+
+    /// 500.
+    #[must_use]
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    /// 504: a resourceVersion newer than the server has.
+    #[must_use]
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {requested}, current: {current}"),
+        )
+    }
+
+    /// The error with another status code and reason (for injected faults).
+    #[must_use]
+    pub fn injected(code: u16) -> Self {
+        match code {
+            429 => Self::too_many_requests(),
+            _ => Self::internal(format!("injected fault ({code})")),
+        }
+    }
+
+    /// The `Status` object.
+    #[must_use]
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some((name, kind, group)) = &self.details {
+            status["details"] = json!({"name": name, "group": group, "kind": kind});
+        }
+        status
+    }
+}
+
+/// `pods` or `deployments.apps`, as the API server names resources in messages.
+fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_owned()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
+/// `Result` with [`ApiError`].
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;

@@ -1,0 +1,201 @@
+//! Serving one watch: initial events, then the resource's event log as it grows,
+//! with bookmarks, timeouts and the injected faults.
+//!
+//! Each watch is a task that reads the store's event log from its own position and
+//! writes newline-delimited JSON events into a bounded channel, so a slow client
+//! slows only its own watch. A client that falls behind the compaction window gets
+//! a 410 Gone `ERROR` event, as from a real API server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::Shared;
+use crate::resources::ResourceDef;
+use crate::status::ApiError;
+use crate::store::{Event, EventType, Filter, ResourceId, StoredObject};
+
+/// Events read from the log per step.
+const BATCH: usize = 1024;
+
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Start {
+    /// Send the current state as `ADDED` events first (resourceVersion unset or
+    /// `0`, or `sendInitialEvents=true`).
+    CurrentState {
+        /// Close the initial events with a bookmark annotated
+        /// `k8s.io/initial-events-end` (streaming lists).
+        end_bookmark: bool,
+    },
+    /// Send every change after this resourceVersion.
+    After(u64),
+}
+
+/// A watch request, parsed.
+#[derive(Debug)]
+pub(crate) struct WatchRequest {
+    pub(crate) id: ResourceId,
+    pub(crate) def: Arc<ResourceDef>,
+    pub(crate) filter: Filter,
+    pub(crate) start: Start,
+    pub(crate) bookmarks: bool,
+    pub(crate) timeout: Option<Duration>,
+}
+
+/// Starts the watch; its response body is the receiver's chunks.
+pub(crate) fn spawn(shared: Arc<Shared>, request: WatchRequest) -> mpsc::Receiver<Bytes> {
+    let (tx, rx) = mpsc::channel(8);
+    shared.stats.watch_opened(&request.id);
+    tokio::spawn(async move {
+        let id = request.id.clone();
+        run(&shared, request, &tx).await;
+        shared.stats.watch_closed(&id);
+    });
+    rx
+}
+
+async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
+    let store = &shared.store;
+    let mut closing = shared.faults.closing();
+    closing.borrow_and_update();
+    let mut hanging = shared.faults.hanging();
+    let mut stopping = shared.stopping.subscribe();
+    let mut changed = store.subscribe();
+    changed.borrow_and_update();
+    let deadline = request.timeout.map(|timeout| Instant::now() + timeout);
+
+    if shared.faults.take_expiry() {
+        let error = ApiError::expired("too old resource version: injected expiry");
+        let _ = tx.send(error_event(&error)).await;
+        return;
+    }
+
+    let mut position = match request.start {
+        Start::After(rv) => rv,
+        Start::CurrentState { end_bookmark } => {
+            let Ok((objects, rv)) = store.snapshot(&request.id, &request.filter) else {
+                return;
+            };
+            for chunk in objects.chunks(BATCH) {
+                let mut buf = BytesMut::new();
+                for object in chunk {
+                    write_event(&mut buf, EventType::Added, object);
+                }
+                if tx.send(buf.freeze()).await.is_err() {
+                    return;
+                }
+            }
+            if end_bookmark && tx.send(bookmark(&request.def, rv, true)).await.is_err() {
+                return;
+            }
+            rv
+        }
+    };
+    let mut current = position;
+    let mut bookmark_timer =
+        tokio::time::interval_at(Instant::now() + shared.bookmark_interval, shared.bookmark_interval);
+
+    loop {
+        if !*hanging.borrow_and_update() {
+            loop {
+                match store.events_after(&request.id, position, BATCH) {
+                    Err(error) => {
+                        let _ = tx.send(error_event(&error)).await;
+                        return;
+                    }
+                    Ok((events, now)) if events.is_empty() => {
+                        current = now;
+                        break;
+                    }
+                    Ok((events, _)) => {
+                        position = events.last().map_or(position, |event| event.resource_version);
+                        let chunk = encode(&events, &request.filter);
+                        if !chunk.is_empty() && tx.send(chunk).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        let timeout = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            result = changed.changed() => if result.is_err() { return },
+            _ = closing.changed() => return,
+            _ = stopping.changed() => return,
+            _ = hanging.changed() => {}
+            () = timeout => return,
+            () = tx.closed() => return,
+            _ = bookmark_timer.tick(), if request.bookmarks => {
+                if !*hanging.borrow() && tx.send(bookmark(&request.def, current, false)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The events as this watch's filter sees them: an object that starts matching is
+/// `ADDED`, one that stops matching is `DELETED`.
+fn encode(events: &[Arc<Event>], filter: &Filter) -> Bytes {
+    let mut buf = BytesMut::new();
+    for event in events {
+        let now = filter.matches(&event.object);
+        let before = event
+            .previous
+            .as_deref()
+            .is_some_and(|previous| filter.matches(previous));
+        let seen_as = match (event.event_type, before, now) {
+            (EventType::Added, _, true) => EventType::Added,
+            (EventType::Modified, true, true) => EventType::Modified,
+            (EventType::Modified, false, true) => EventType::Added,
+            (EventType::Modified, true, false) => EventType::Deleted,
+            (EventType::Deleted, before, now) if before || now => EventType::Deleted,
+            _ => continue,
+        };
+        write_event(&mut buf, seen_as, &event.object);
+    }
+    buf.freeze()
+}
+
+fn write_event(buf: &mut BytesMut, event_type: EventType, object: &StoredObject) {
+    buf.reserve(object.json.len() + 32);
+    buf.put_slice(b"{\"type\":\"");
+    buf.put_slice(event_type.as_str().as_bytes());
+    buf.put_slice(b"\",\"object\":");
+    buf.put_slice(&object.json);
+    buf.put_slice(b"}\n");
+}
+
+/// A `BOOKMARK` event at `rv`.
+fn bookmark(def: &ResourceDef, rv: u64, initial_events_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    let event = json!({
+        "type": "BOOKMARK",
+        "object": {"kind": def.kind, "apiVersion": def.api_version(), "metadata": metadata},
+    });
+    line(&event)
+}
+
+/// An `ERROR` event carrying the error's `Status`.
+pub(crate) fn error_event(error: &ApiError) -> Bytes {
+    line(&json!({"type": "ERROR", "object": error.to_status()}))
+}
+
+fn line(value: &serde_json::Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(value).expect("a JSON value serializes");
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}

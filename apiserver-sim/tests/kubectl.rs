@@ -1,0 +1,188 @@
+//! `kubectl` against the emulated server: get, apply, delete and watch see the
+//! same objects as the store.
+//!
+//! The test uses the `kubectl` on PATH, installs Debian's `kubernetes-client` when
+//! there is none and it can, and otherwise skips with the reason printed.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use apiserver_sim::store::{PatchType, ResourceId};
+use apiserver_sim::{ApiServer, SimConfig};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// `kubectl`, installed if missing and possible; `None` with the reason printed.
+fn kubectl() -> Option<String> {
+    let works = |program: &str| {
+        Command::new(program)
+            .args(["version", "--client"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if works("kubectl") {
+        return Some("kubectl".into());
+    }
+    let installed = Command::new("sh")
+        .args([
+            "-c",
+            "apt-get install -y -q kubernetes-client || (apt-get update -q && apt-get install -y -q kubernetes-client)",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if installed && works("kubectl") {
+        return Some("kubectl".into());
+    }
+    println!("skipped: no kubectl on PATH and `apt-get install kubernetes-client` failed");
+    None
+}
+
+fn run(kubectl: &str, kubeconfig: &Path, args: &[&str]) -> String {
+    let output = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "kubectl {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_gets_applies_deletes_and_watches() {
+    let Some(kubectl) = kubectl() else { return };
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let configmaps = ResourceId::new("", "v1", "configmaps");
+
+    // apply -f creates, and the store holds what kubectl sent.
+    let manifest = dir.path().join("cm.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  labels:\n    app: web\ndata:\n  mode: fast\n",
+    )
+    .unwrap();
+    let (kc, config, file) = (kubectl.clone(), kubeconfig.clone(), manifest.clone());
+    let applied = tokio::task::spawn_blocking(move || {
+        run(
+            &kc,
+            &config,
+            &["apply", "--validate=false", "-f", file.to_str().unwrap()],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(applied.contains("configmap/settings created"), "{applied}");
+    let stored = server.store().get(&configmaps, Some("default"), "settings").unwrap();
+    assert_eq!(stored.value["data"]["mode"], "fast");
+
+    // apply again with a change patches it.
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  labels:\n    app: web\ndata:\n  mode: safe\n",
+    )
+    .unwrap();
+    let (kc, config, file) = (kubectl.clone(), kubeconfig.clone(), manifest.clone());
+    let reapplied = tokio::task::spawn_blocking(move || {
+        run(
+            &kc,
+            &config,
+            &["apply", "--validate=false", "-f", file.to_str().unwrap()],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(reapplied.contains("configmap/settings configured"), "{reapplied}");
+    assert_eq!(
+        server
+            .store()
+            .get(&configmaps, Some("default"), "settings")
+            .unwrap()
+            .value["data"]["mode"],
+        "safe"
+    );
+
+    // get sees what the store holds, with label selectors.
+    server
+        .store()
+        .create(
+            &configmaps,
+            Some("default"),
+            json!({"metadata": {"name": "other", "labels": {"app": "db"}}}),
+        )
+        .unwrap();
+    let (kc, config) = (kubectl.clone(), kubeconfig.clone());
+    let listed =
+        tokio::task::spawn_blocking(move || run(&kc, &config, &["get", "configmaps", "-l", "app=web", "-o", "json"]))
+            .await
+            .unwrap();
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let names: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["settings"]);
+    let (kc, config) = (kubectl.clone(), kubeconfig.clone());
+    let table = tokio::task::spawn_blocking(move || run(&kc, &config, &["get", "cm"]))
+        .await
+        .unwrap();
+    assert!(table.contains("settings") && table.contains("other"), "{table}");
+
+    // get -w prints changes made while it watches.
+    let mut watch = tokio::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["get", "configmaps", "-w", "-o", "name"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let watched = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line.clone());
+            if seen.len() == 2 {
+                // The initial list is printed: now change something.
+                server
+                    .store()
+                    .patch(
+                        &configmaps,
+                        Some("default"),
+                        "other",
+                        PatchType::Merge,
+                        json!({"data": {"x": "1"}}),
+                        false,
+                    )
+                    .unwrap();
+            }
+            if seen.len() == 3 {
+                return;
+            }
+        }
+    })
+    .await;
+    watched.unwrap_or_else(|_| panic!("kubectl get -w printed only {seen:?}"));
+    assert_eq!(seen, ["configmap/other", "configmap/settings", "configmap/other"]);
+    watch.kill().await.unwrap();
+
+    // delete removes it from the store.
+    let (kc, config) = (kubectl.clone(), kubeconfig.clone());
+    let deleted = tokio::task::spawn_blocking(move || run(&kc, &config, &["delete", "configmap", "settings"]))
+        .await
+        .unwrap();
+    assert!(deleted.contains("deleted"), "{deleted}");
+    assert!(server.store().get(&configmaps, Some("default"), "settings").is_err());
+}
