@@ -1,32 +1,33 @@
-//! `kinformer demo`: the plugin path end to end on a built-in scenario.
+//! `kinformer demo`: the whole data path against the embedded API server emulation.
 //!
-//! The demo loads every plugin of a directory (by default the example plugins,
-//! written to a temporary directory), gives each the caches it registered for,
-//! and plays a scripted workload: a deployment whose pods heat up and cool down
-//! under a HorizontalPodAutoscaler. Each change is applied to the cache and
-//! delivered as a delta to the plugins that subscribed to it, exactly as the
-//! informers deliver changes from an API server.
+//! The demo starts an emulated Kubernetes API server with a seeded synthetic
+//! workload (deployments whose pods churn, HPAs, configmaps), writes a kubeconfig
+//! for it so a person can poke it with `kubectl`, loads every plugin of a
+//! directory, and runs one Reflector per resource the plugins registered for,
+//! through the real kube-rs client over HTTP. Every delta reaches the plugins that
+//! subscribed to it, in order, in batches.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::GroupVersionKind;
-use serde_json::{Value, json};
+use apiserver_sim::workload::Workload;
+use apiserver_sim::{ApiServer, SimConfig};
+use tokio::sync::mpsc;
 
 use crate::caches::Caches;
-use crate::delta::{Delta, DeltaType};
-use crate::indexer::{IndexerWriter, indexer};
-use crate::object::CachedObject;
+use crate::delta::Delta;
+use crate::indexer::indexer;
 use crate::plugin::{PluginEngine, PluginInstance, PluginOptions, Registration, Subscription};
+use crate::reflector::{Reflector, ReflectorConfig, ReflectorStatus};
 use crate::selector::Selector;
 
 /// Why the demo could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The plugin directory could not be read or written.
-    #[error("plugin directory {path}")]
+    /// A file or directory could not be read or written.
+    #[error("{path}")]
     Io {
         /// The directory or file.
         path: PathBuf,
@@ -48,6 +49,12 @@ pub enum Error {
     /// The directory holds no `.wasm` file.
     #[error("no plugins (*.wasm) in {0}")]
     NoPlugins(PathBuf),
+    /// The emulated cluster refused the workload.
+    #[error("the emulated cluster refused the workload")]
+    Workload(#[source] apiserver_sim::status::ApiError),
+    /// The client could not talk to the emulated cluster.
+    #[error("talking to the emulated cluster")]
+    Kube(#[source] kube::Error),
 }
 
 /// Settings of the demo.
@@ -55,24 +62,39 @@ pub enum Error {
 pub struct DemoConfig {
     /// The plugin directory.
     pub plugins: PathBuf,
-    /// The pause between two steps of the scenario, so a person can follow it.
-    pub step_delay: Duration,
+    /// Where to write the emulated cluster's kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// The workload the emulated cluster runs.
+    pub workload: Workload,
+    /// Stop after this long; run until Ctrl-C when `None`.
+    pub duration: Option<Duration>,
 }
 
 impl DemoConfig {
-    /// A demo of the plugins in `plugins`, pausing 300 ms between steps.
+    /// A demo of the plugins in `plugins`, writing its kubeconfig to `kubeconfig`,
+    /// with a small workload of 2 namespaces of 2 deployments of 3 pods changing
+    /// 10 times a second.
     #[must_use]
-    pub fn new(plugins: impl Into<PathBuf>) -> Self {
+    pub fn new(plugins: impl Into<PathBuf>, kubeconfig: impl Into<PathBuf>) -> Self {
         Self {
             plugins: plugins.into(),
-            step_delay: Duration::from_millis(300),
+            kubeconfig: kubeconfig.into(),
+            workload: Workload::default().size(2, 2, 3).changes_per_second(10.0),
+            duration: None,
         }
     }
 
-    /// Sets [`DemoConfig::step_delay`].
+    /// Sets [`DemoConfig::duration`].
     #[must_use]
-    pub fn step_delay(mut self, delay: Duration) -> Self {
-        self.step_delay = delay;
+    pub fn duration(mut self, duration: Duration) -> Self {
+        self.duration = Some(duration);
+        self
+    }
+
+    /// Sets [`DemoConfig::workload`].
+    #[must_use]
+    pub fn workload(mut self, workload: Workload) -> Self {
+        self.workload = workload;
         self
     }
 }
@@ -96,21 +118,11 @@ pub fn write_plugins(dir: &Path, plugins: &[(&str, &[u8])]) -> Result<(), Error>
 }
 
 /// A loaded plugin and what it registered.
-struct Running {
+struct Loaded {
     instance: PluginInstance,
     registration: Registration,
     /// The parsed selector of each subscription, in order.
     selectors: Vec<Selector>,
-}
-
-impl Running {
-    fn wants(&self, delta: &Delta) -> bool {
-        self.registration
-            .subscriptions
-            .iter()
-            .zip(&self.selectors)
-            .any(|(subscription, selector)| subscribes_to(subscription, selector, delta))
-    }
 }
 
 fn subscribes_to(subscription: &Subscription, selector: &Selector, delta: &Delta) -> bool {
@@ -123,79 +135,205 @@ fn subscribes_to(subscription: &Subscription, selector: &Selector, delta: &Delta
         && selector.matches(delta.object.labels())
 }
 
-/// Runs the demo to the end of its scenario; returns the plugins' instances so
-/// the caller can inspect what they did.
+/// Where a plugin's deltas go: its worker's queue, and what it subscribed to.
+struct Route {
+    queue: mpsc::Sender<Delta>,
+    subscriptions: Vec<(Subscription, Selector)>,
+}
+
+impl Route {
+    fn wants(&self, delta: &Delta) -> bool {
+        self.subscriptions
+            .iter()
+            .any(|(subscription, selector)| subscribes_to(subscription, selector, delta))
+    }
+}
+
+/// The most deltas handed to a plugin in one call.
+const MAX_BATCH: usize = 64;
+
+/// Runs the demo until its duration ends (or Ctrl-C); returns the plugins'
+/// instances so the caller can inspect what they did.
 ///
 /// # Errors
 ///
-/// When the directory holds no loadable plugin, or a plugin fails to start.
-pub fn run(config: &DemoConfig) -> Result<Vec<PluginInstance>, Error> {
+/// When the directory holds no loadable plugin, a plugin fails to start, or the
+/// emulated cluster cannot be started or reached.
+pub async fn run(config: &DemoConfig) -> Result<Vec<PluginInstance>, Error> {
     let engine = PluginEngine::new()?;
     let caches = Caches::new();
-    let mut writers: HashMap<GroupVersionKind, IndexerWriter> = HashMap::new();
     let mut plugins = Vec::new();
-
     for path in plugin_files(&config.plugins)? {
-        let _span = tracing::info_span!("load", plugin = %path.display()).entered();
-        let component = engine.load_file(&path)?;
-        let mut instance = component.instantiate(caches.clone(), PluginOptions::default())?;
-        let registration = instance.init("")?;
-        let registration_error = |reason: String| Error::Registration {
-            plugin: component.name().to_owned(),
-            reason,
-        };
-        let selectors = registration
-            .subscriptions
-            .iter()
-            .map(|subscription| Selector::parse(subscription.label_selector.as_deref().unwrap_or_default()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| registration_error(error.to_string()))?;
-        for subscription in &registration.subscriptions {
-            writers.entry(subscription.gvk.clone()).or_insert_with(|| {
-                let (reader, writer) = indexer();
-                caches.insert(subscription.gvk.clone(), reader);
-                writer
-            });
+        plugins.push(load(&engine, &caches, &path)?);
+    }
+
+    // The emulated cluster, its kubeconfig, and its workload.
+    let server = ApiServer::start(SimConfig::default())
+        .await
+        .map_err(|source| Error::Io {
+            path: "127.0.0.1".into(),
+            source,
+        })?;
+    server
+        .write_kubeconfig(&config.kubeconfig)
+        .map_err(|source| Error::Io {
+            path: config.kubeconfig.clone(),
+            source,
+        })?;
+    tracing::info!(
+        kubeconfig = %config.kubeconfig.display(),
+        "emulated cluster running: try `kubectl --kubeconfig {} get pods -A`",
+        config.kubeconfig.display()
+    );
+    let workload = server.start_workload(&config.workload).map_err(Error::Workload)?;
+    let client = kube::Client::try_from(server.client_config()).map_err(Error::Kube)?;
+
+    // One cache and one Reflector per resource any plugin registered for.
+    let (deltas_tx, mut deltas_rx) = mpsc::channel::<Delta>(4096);
+    let mut reflectors = Vec::new();
+    let mut statuses: Vec<Arc<ReflectorStatus>> = Vec::new();
+    let mut writers = HashMap::new();
+    for plugin in &plugins {
+        for subscription in &plugin.registration.subscriptions {
+            if writers.contains_key(&subscription.gvk) {
+                continue;
+            }
+            let (reader, writer) = indexer();
+            caches.insert(subscription.gvk.clone(), reader);
+            writers.insert(subscription.gvk.clone(), writer);
         }
-        for index in &registration.indexes {
-            let writer = writers
-                .get(&index.gvk)
-                .ok_or_else(|| registration_error(format!("index {:?} on a resource it does not watch", index.name)))?;
+    }
+    for plugin in &plugins {
+        for index in &plugin.registration.indexes {
+            let writer = writers.get(&index.gvk).ok_or_else(|| Error::Registration {
+                plugin: plugin.instance.name().to_owned(),
+                reason: format!("index {:?} on a resource it does not watch", index.name),
+            })?;
             writer
                 .add_index(&index.name, &index.field_path)
-                .map_err(|error| registration_error(error.to_string()))?;
+                .map_err(|error| Error::Registration {
+                    plugin: plugin.instance.name().to_owned(),
+                    reason: error.to_string(),
+                })?;
         }
-        tracing::info!(
-            plugin = component.name(),
-            name = %registration.name,
-            version = %registration.version,
-            subscriptions = registration.subscriptions.len(),
-            "plugin started"
-        );
-        plugins.push(Running {
-            instance,
-            registration,
-            selectors,
-        });
     }
+    for (gvk, writer) in writers {
+        let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await.map_err(Error::Kube)?;
+        let reflector = Reflector::new(client.clone(), resource, ReflectorConfig::default(), writer);
+        statuses.push(reflector.status());
+        reflectors.push(tokio::spawn(reflector.run(deltas_tx.clone())));
+    }
+    drop(deltas_tx);
 
-    for (step, (what, change)) in scenario().into_iter().enumerate() {
-        tracing::info!(step = step + 1, "{what}");
-        for (gvk, change) in change {
-            let Some(writer) = writers.get(&gvk) else {
-                continue;
-            };
-            let delta = apply(writer, Arc::new(gvk), change);
-            let _span = tracing::info_span!("delta", key = %delta.key(), kind = %delta.gvk.kind).entered();
-            for plugin in plugins.iter_mut().filter(|plugin| plugin.wants(&delta)) {
-                if let Err(error) = plugin.instance.handle(std::slice::from_ref(&delta)) {
-                    tracing::warn!(plugin = plugin.instance.name(), %error, "delta not handled");
-                }
+    // One worker thread per plugin, fed through its own queue.
+    let mut routes = Vec::new();
+    let mut workers = Vec::new();
+    for plugin in plugins {
+        let (queue, received) = mpsc::channel(1024);
+        let subscriptions = plugin
+            .registration
+            .subscriptions
+            .iter()
+            .cloned()
+            .zip(plugin.selectors.iter().cloned())
+            .collect();
+        routes.push(Route { queue, subscriptions });
+        let name = plugin.instance.name().to_owned();
+        let worker = std::thread::Builder::new()
+            .name(format!("plugin-{name}"))
+            .spawn(move || work(plugin.instance, received))
+            .map_err(|source| Error::Io {
+                path: name.into(),
+                source,
+            })?;
+        workers.push(worker);
+    }
+    let dispatcher = tokio::spawn(async move {
+        while let Some(delta) = deltas_rx.recv().await {
+            for route in routes.iter().filter(|route| route.wants(&delta)) {
+                let _ = route.queue.send(delta.clone()).await;
             }
         }
-        std::thread::sleep(config.step_delay);
+    });
+
+    match config.duration {
+        Some(duration) => tokio::time::sleep(duration).await,
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
-    Ok(plugins.into_iter().map(|plugin| plugin.instance).collect())
+    tracing::info!(
+        synced = statuses.iter().all(|status| status.has_synced()),
+        "demo stopping"
+    );
+    workload.abort();
+    for reflector in reflectors {
+        reflector.abort();
+    }
+    let _ = dispatcher.await;
+    let instances = tokio::task::spawn_blocking(move || {
+        workers
+            .into_iter()
+            .filter_map(|worker| worker.join().ok())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    server.shutdown();
+    Ok(instances)
+}
+
+/// Loads, instantiates and initialises one plugin.
+fn load(engine: &PluginEngine, caches: &Caches, path: &Path) -> Result<Loaded, Error> {
+    let component = engine.load_file(path)?;
+    let mut instance = component.instantiate(caches.clone(), PluginOptions::default())?;
+    let registration = instance.init("")?;
+    let selectors = registration
+        .subscriptions
+        .iter()
+        .map(|subscription| Selector::parse(subscription.label_selector.as_deref().unwrap_or_default()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| Error::Registration {
+            plugin: component.name().to_owned(),
+            reason: error.to_string(),
+        })?;
+    tracing::info!(
+        plugin = component.name(),
+        name = %registration.name,
+        version = %registration.version,
+        subscriptions = registration.subscriptions.len(),
+        "plugin started"
+    );
+    Ok(Loaded {
+        instance,
+        registration,
+        selectors,
+    })
+}
+
+/// A plugin's worker: takes what is queued (up to [`MAX_BATCH`]) and hands it over
+/// in one call, until the queue closes.
+fn work(mut instance: PluginInstance, mut queue: mpsc::Receiver<Delta>) -> PluginInstance {
+    while let Some(first) = queue.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(delta) => batch.push(delta),
+                Err(_) => break,
+            }
+        }
+        let _span = tracing::debug_span!("handle", plugin = instance.name(), deltas = batch.len()).entered();
+        if let Err(error) = instance.handle(&batch) {
+            tracing::warn!(plugin = instance.name(), %error, "batch not handled");
+            if matches!(
+                error,
+                crate::plugin::Error::Trap { .. } | crate::plugin::Error::Poisoned(_)
+            ) {
+                break;
+            }
+        }
+    }
+    instance
 }
 
 /// The `.wasm` files of `dir`, sorted.
@@ -213,113 +351,4 @@ fn plugin_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
         return Err(Error::NoPlugins(dir.to_owned()));
     }
     Ok(files)
-}
-
-/// One change of the scenario: an object's new state, or a deletion.
-enum Change {
-    Apply(Value),
-    Delete(&'static str),
-}
-
-/// Applies a change to the cache and returns the delta it makes.
-fn apply(writer: &IndexerWriter, gvk: Arc<GroupVersionKind>, change: Change) -> Delta {
-    match change {
-        Change::Apply(value) => {
-            let object = Arc::new(CachedObject::from_value(&value).expect("the scenario's objects are valid"));
-            match writer.apply(Arc::clone(&object)) {
-                Some(old) => Delta::updated(gvk, old, object),
-                None => Delta::new(DeltaType::Added, gvk, object),
-            }
-        }
-        Change::Delete(key) => {
-            let object = writer.delete(key).expect("the scenario deletes what it created");
-            Delta::new(DeltaType::Deleted, gvk, object)
-        }
-    }
-}
-
-fn pods_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("", "v1", "Pod")
-}
-
-fn deployments_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("apps", "v1", "Deployment")
-}
-
-fn hpas_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("autoscaling", "v2", "HorizontalPodAutoscaler")
-}
-
-type Step = (&'static str, Vec<(GroupVersionKind, Change)>);
-
-/// The scripted workload: a deployment `shop/web` of three pods under an HPA
-/// targeting 50% CPU, whose load rises, then a pod goes, then the load falls.
-fn scenario() -> Vec<Step> {
-    let mut rv = 0_u64;
-    let mut next_rv = move || {
-        rv += 1;
-        rv.to_string()
-    };
-    let deployment = |rv: String, replicas: u32| {
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "shop", "uid": "deploy-web", "resourceVersion": rv,
-                         "labels": {"app": "web"}},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
-                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}
-        })
-    };
-    let pod = |rv: String, index: u32, cpu_millicores: u32| {
-        json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("web-{index}"), "namespace": "shop", "uid": format!("pod-web-{index}"),
-                         "resourceVersion": rv, "labels": {"app": "web"},
-                         "annotations": {"metrics.kinformer.dev/cpu-millicores": cpu_millicores.to_string()},
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f", "uid": "rs-web"}]},
-            "spec": {"nodeName": "node-1", "containers": [{"name": "web", "image": "nginx",
-                     "resources": {"requests": {"cpu": "200m"}}}]},
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-        })
-    };
-    let hpa = |rv: String, observed_generation: u32| {
-        json!({
-            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": "web", "namespace": "shop", "uid": "hpa-web", "resourceVersion": rv},
-            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                     "minReplicas": 2, "maxReplicas": 10,
-                     "metrics": [{"type": "Resource", "resource": {"name": "cpu",
-                                  "target": {"type": "Utilization", "averageUtilization": 50}}}]},
-            "status": {"observedGeneration": observed_generation, "currentReplicas": 3, "desiredReplicas": 3}
-        })
-    };
-    let load = |next_rv: &mut dyn FnMut() -> String, cpu: [u32; 3]| -> Vec<(GroupVersionKind, Change)> {
-        (0..3)
-            .map(|i| (pods_gvk(), Change::Apply(pod(next_rv(), i, cpu[i as usize]))))
-            .collect()
-    };
-
-    let mut steps: Vec<Step> = vec![(
-        "a deployment shop/web with three pods",
-        vec![(deployments_gvk(), Change::Apply(deployment(next_rv(), 3)))],
-    )];
-    steps.push(("its pods start, lightly loaded", load(&mut next_rv, [80, 90, 100])));
-    steps.push((
-        "an HPA targets it at 50% CPU",
-        vec![(hpas_gvk(), Change::Apply(hpa(next_rv(), 1)))],
-    ));
-    steps.push(("load rises", load(&mut next_rv, [180, 190, 200])));
-    steps.push((
-        "the HPA controller observes it",
-        vec![(hpas_gvk(), Change::Apply(hpa(next_rv(), 2)))],
-    ));
-    steps.push(("pod web-2 is deleted", vec![(pods_gvk(), Change::Delete("shop/web-2"))]));
-    let mut cooled = load(&mut next_rv, [20, 30, 0]);
-    cooled.truncate(2);
-    steps.push(("load falls on the remaining pods", cooled));
-    steps.push((
-        "the HPA controller observes it",
-        vec![(hpas_gvk(), Change::Apply(hpa(next_rv(), 3)))],
-    ));
-    steps.push(("the HPA is deleted", vec![(hpas_gvk(), Change::Delete("shop/web"))]));
-    steps
 }

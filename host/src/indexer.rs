@@ -106,7 +106,7 @@ impl IndexFunc {
     fn values(&self, object: &CachedObject, parsed: &mut Option<serde_json::Value>) -> Vec<String> {
         match self {
             Self::Namespace => object.namespace().map(str::to_owned).into_iter().collect(),
-            Self::Owner => object.owner_uids().to_vec(),
+            Self::Owner => object.owner_uids().map(str::to_owned).collect(),
             Self::Field(path) => {
                 let value = parsed
                     .get_or_insert_with(|| serde_json::from_str(object.json()).unwrap_or(serde_json::Value::Null));

@@ -13,6 +13,10 @@ pub mod demo;
 pub mod indexer;
 pub mod object;
 pub mod plugin;
+pub mod reflector;
+
+/// The embedded Kubernetes API server emulation.
+pub use apiserver_sim as sim;
 
 /// Kubernetes label selectors.
 pub use kinformer_selector as selector;

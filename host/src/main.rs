@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 use kinformer::caches::Caches;
 use kinformer::demo::{self, DemoConfig};
 use kinformer::plugin::{PluginEngine, PluginOptions};
+use kinformer::sim::workload::Workload;
+use kinformer::sim::{ApiServer, SimConfig};
 
 /// Kubernetes shared informers that deliver every delta to sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -24,17 +26,40 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Play a built-in workload through the plugins; no cluster needed.
+    /// Run the plugins against an embedded Kubernetes API emulation with a
+    /// synthetic workload; no cluster needed.
     ///
     /// Without --plugins, the example plugins are written to a temporary
-    /// directory (its path is printed) and loaded from there.
+    /// directory (its path is printed) and loaded from there. The emulated
+    /// cluster's kubeconfig is written too, for kubectl.
     Demo {
         /// Directory of plugin components (*.wasm).
         #[arg(long)]
         plugins: Option<PathBuf>,
-        /// Pause between two steps of the workload, in milliseconds.
-        #[arg(long, default_value_t = 300)]
-        step_delay_ms: u64,
+        /// Where to write the emulated cluster's kubeconfig.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Stop after this many seconds (default: run until Ctrl-C).
+        #[arg(long)]
+        seconds: Option<u64>,
+        #[command(flatten)]
+        workload: WorkloadArgs,
+    },
+    /// Run only the embedded Kubernetes API emulation, for experiments with
+    /// kubectl and plugins.
+    Sim {
+        /// The loopback port to listen on (0 picks a free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Where to write the kubeconfig.
+        #[arg(long, default_value = "kinformer-sim.kubeconfig")]
+        kubeconfig: PathBuf,
+        /// Inject a fault (dropped watches, a 410, a burst of 429s, in turn)
+        /// every this many seconds.
+        #[arg(long)]
+        chaos_seconds: Option<u64>,
+        #[command(flatten)]
+        workload: WorkloadArgs,
     },
     /// Load a plugin, run its `init` against an empty cache and print what it
     /// registers, or why it cannot load.
@@ -45,6 +70,35 @@ enum Command {
         #[arg(long, default_value = "")]
         config: String,
     },
+}
+
+/// The synthetic workload of the emulated cluster.
+#[derive(Debug, clap::Args)]
+struct WorkloadArgs {
+    /// Seed of the workload's random choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Namespaces of the workload.
+    #[arg(long, default_value_t = 2)]
+    namespaces: usize,
+    /// Deployments per namespace.
+    #[arg(long, default_value_t = 2)]
+    deployments: usize,
+    /// Pods per deployment.
+    #[arg(long, default_value_t = 3)]
+    pods: usize,
+    /// Changes per second.
+    #[arg(long, default_value_t = 10.0)]
+    rate: f64,
+}
+
+impl WorkloadArgs {
+    fn workload(&self) -> Workload {
+        Workload::default()
+            .seed(self.seed)
+            .size(self.namespaces, self.deployments, self.pods)
+            .changes_per_second(self.rate)
+    }
 }
 
 fn main() -> ExitCode {
@@ -65,22 +119,78 @@ fn main() -> ExitCode {
     }
 }
 
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+}
+
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Demo { plugins, step_delay_ms } => {
+        Command::Demo {
+            plugins,
+            kubeconfig,
+            seconds,
+            workload,
+        } => {
+            let scratch = std::env::temp_dir().join(format!("kinformer-demo-{}", std::process::id()));
             let plugins = match plugins {
                 Some(dir) => dir,
                 None => {
-                    let dir = std::env::temp_dir().join(format!("kinformer-demo-{}", std::process::id()));
+                    let dir = scratch.join("plugins");
                     demo::write_plugins(&dir, plugin_artifacts::ALL)?;
                     println!("example plugins written to {}", dir.display());
                     dir
                 }
             };
-            let config = DemoConfig::new(plugins).step_delay(Duration::from_millis(step_delay_ms));
-            demo::run(&config)?;
+            let kubeconfig = kubeconfig.unwrap_or_else(|| scratch.join("kubeconfig"));
+            println!("emulated cluster kubeconfig: {}", kubeconfig.display());
+            let mut config = DemoConfig::new(plugins, kubeconfig).workload(workload.workload());
+            if let Some(seconds) = seconds {
+                config = config.duration(Duration::from_secs(seconds));
+            }
+            runtime()?.block_on(demo::run(&config))?;
             Ok(())
         }
+        Command::Sim {
+            port,
+            kubeconfig,
+            chaos_seconds,
+            workload,
+        } => runtime()?.block_on(async {
+            let server = ApiServer::start(SimConfig::default().port(port)).await?;
+            server.write_kubeconfig(&kubeconfig)?;
+            let _workload = server.start_workload(&workload.workload())?;
+            println!("emulated API server at {}", server.url());
+            println!(
+                "kubeconfig: {} (try: kubectl --kubeconfig {} get pods -A)",
+                kubeconfig.display(),
+                kubeconfig.display()
+            );
+            println!(
+                "faults: curl -X POST {}/sim/faults/close-watches (see /sim/stats)",
+                server.url()
+            );
+            let mut round = 0_u64;
+            loop {
+                let pause = chaos_seconds.map_or(Duration::from_secs(3600), Duration::from_secs);
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => break,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                if chaos_seconds.is_some() {
+                    round += 1;
+                    match round % 3 {
+                        1 => server.faults().close_watches(),
+                        2 => {
+                            server.faults().expire_next_watch();
+                            server.faults().close_watches();
+                        }
+                        _ => server.faults().fail_next_requests(3, 429),
+                    }
+                    tracing::info!(faults = ?server.faults().counts(), "fault injected");
+                }
+            }
+            Ok(())
+        }),
         Command::Check { plugin, config } => {
             let engine = PluginEngine::new()?;
             let component = engine.load_file(&plugin)?;

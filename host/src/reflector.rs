@@ -1,0 +1,435 @@
+//! The Reflector: lists and watches one resource with kube-rs's watcher, keeps its
+//! Indexer in step, and turns every change into client-go style deltas.
+//!
+//! The watch protocol (paging, streaming lists, bookmarks, 410 relists, backoff
+//! with jitter) is kube-rs's [`watcher`]. On top of it the Reflector owns what
+//! client-go's Reflector and DeltaFIFO own: comparing a relist with the cache so
+//! that objects deleted while disconnected are reported as `Deleted` with their
+//! last known state (tombstones), unchanged objects are not reported as updates,
+//! and an object recreated under the same name (a new uid) is a delete plus an
+//! add, never an update.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, GroupVersionKind};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc;
+
+use crate::delta::{Delta, DeltaType};
+use crate::indexer::IndexerWriter;
+use crate::object::{CachedObject, Transform};
+
+/// What a Reflector lists and watches, and how it reports.
+#[derive(Debug, Clone, Default)]
+pub struct ReflectorConfig {
+    /// Only this namespace; all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// A label selector the server applies.
+    pub label_selector: Option<String>,
+    /// A field selector the server applies.
+    pub field_selector: Option<String>,
+    /// What to strip from objects before caching them.
+    pub transform: Transform,
+    /// Report unchanged objects of a relist as `Replaced` (client-go's behaviour
+    /// for consumers that want every relisted object).
+    pub replaced_deltas: bool,
+    /// List with a streaming watch (`sendInitialEvents`) instead of paged lists;
+    /// needs a server with the WatchList feature.
+    pub streaming_lists: bool,
+}
+
+/// Shared progress of a Reflector: whether its first list completed, and the
+/// watch errors it survived.
+#[derive(Debug, Default)]
+pub struct ReflectorStatus {
+    synced: AtomicBool,
+    watch_errors: AtomicU64,
+}
+
+impl ReflectorStatus {
+    /// True once the first list has been applied to the cache.
+    pub fn has_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Watch errors (410s, dropped connections, refused requests) so far; each was
+    /// followed by kube-rs's backoff and a re-watch or relist.
+    pub fn watch_errors(&self) -> u64 {
+        self.watch_errors.load(Ordering::Relaxed)
+    }
+}
+
+/// The delta logic of a Reflector, independent of any server.
+#[derive(Debug)]
+pub struct DeltaMaker {
+    gvk: Arc<GroupVersionKind>,
+    writer: IndexerWriter,
+    transform: Transform,
+    replaced_deltas: bool,
+    /// The objects of a relist in progress.
+    relist: Option<Vec<Arc<CachedObject>>>,
+    /// Until the first list completes, deltas are flagged as the initial list.
+    initial: bool,
+}
+
+impl DeltaMaker {
+    /// A delta maker writing into `writer`'s cache.
+    #[must_use]
+    pub fn new(gvk: GroupVersionKind, writer: IndexerWriter, transform: Transform, replaced_deltas: bool) -> Self {
+        Self {
+            gvk: Arc::new(gvk),
+            writer,
+            transform,
+            replaced_deltas,
+            relist: None,
+            initial: true,
+        }
+    }
+
+    /// True while the first list is in progress.
+    #[must_use]
+    pub fn in_initial_list(&self) -> bool {
+        self.initial
+    }
+
+    /// Applies one watcher event to the cache; returns the deltas it makes.
+    pub fn step(&mut self, event: watcher::Event<CachedObject>) -> Vec<Delta> {
+        match event {
+            watcher::Event::Init => {
+                self.relist = Some(Vec::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(object) => {
+                if let Some(object) = self.prepare(object) {
+                    self.relist.get_or_insert_with(Vec::new).push(object);
+                }
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let listed = self.relist.take().unwrap_or_default();
+                let deltas = self.replace(listed);
+                self.initial = false;
+                deltas
+            }
+            watcher::Event::Apply(object) => self
+                .prepare(object)
+                .map(|object| self.apply(object))
+                .unwrap_or_default(),
+            watcher::Event::Delete(object) => {
+                let Some(object) = self.prepare(object) else {
+                    return Vec::new();
+                };
+                let removed = self.writer.delete(object.key());
+                // The server's final state is the freshest; fall back to the cache's.
+                let last = if object.resource_version().is_empty() {
+                    removed.unwrap_or(object)
+                } else {
+                    object
+                };
+                vec![self.delta(DeltaType::Deleted, last)]
+            }
+        }
+    }
+
+    fn prepare(&self, object: CachedObject) -> Option<Arc<CachedObject>> {
+        let key = object.key().to_owned();
+        match object.transformed(&self.transform) {
+            Ok(object) => Some(Arc::new(object)),
+            Err(error) => {
+                tracing::warn!(key, %error, "object dropped: the transform failed");
+                None
+            }
+        }
+    }
+
+    fn delta(&self, delta_type: DeltaType, object: Arc<CachedObject>) -> Delta {
+        let delta = Delta::new(delta_type, Arc::clone(&self.gvk), object);
+        if self.initial { delta.in_initial_list() } else { delta }
+    }
+
+    fn apply(&mut self, object: Arc<CachedObject>) -> Vec<Delta> {
+        match self.writer.apply(Arc::clone(&object)) {
+            None => vec![self.delta(DeltaType::Added, object)],
+            Some(old) if old.uid() != object.uid() => {
+                vec![
+                    self.delta(DeltaType::Deleted, old),
+                    self.delta(DeltaType::Added, object),
+                ]
+            }
+            Some(old) if old.resource_version() == object.resource_version() => Vec::new(),
+            Some(old) => {
+                let delta = Delta::updated(Arc::clone(&self.gvk), old, object);
+                vec![if self.initial { delta.in_initial_list() } else { delta }]
+            }
+        }
+    }
+
+    /// A relist: the listed objects replace the cache. What vanished is deleted
+    /// with its last known state; what changed is updated; what is new is added.
+    fn replace(&mut self, listed: Vec<Arc<CachedObject>>) -> Vec<Delta> {
+        let mut previous: HashMap<String, Arc<CachedObject>> = self
+            .writer
+            .reader()
+            .list_all()
+            .into_iter()
+            .map(|object| (object.key().to_owned(), object))
+            .collect();
+        let mut deltas = Vec::new();
+        for object in &listed {
+            match previous.remove(object.key()) {
+                None => deltas.push(self.delta(DeltaType::Added, Arc::clone(object))),
+                Some(old) if old.uid() != object.uid() => {
+                    deltas.push(self.delta(DeltaType::Deleted, old));
+                    deltas.push(self.delta(DeltaType::Added, Arc::clone(object)));
+                }
+                Some(old) if old.resource_version() != object.resource_version() => {
+                    let delta = Delta::updated(Arc::clone(&self.gvk), old, Arc::clone(object));
+                    deltas.push(if self.initial { delta.in_initial_list() } else { delta });
+                }
+                Some(_) if self.replaced_deltas => deltas.push(self.delta(DeltaType::Replaced, Arc::clone(object))),
+                Some(_) => {}
+            }
+        }
+        let mut vanished: Vec<_> = previous.into_values().collect();
+        vanished.sort_by(|a, b| a.key().cmp(b.key()));
+        deltas.extend(vanished.into_iter().map(|old| self.delta(DeltaType::Deleted, old)));
+        self.writer.replace(listed);
+        deltas
+    }
+}
+
+/// Lists and watches one resource until its delta receiver is dropped.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example(client: kube::Client) {
+/// use kinformer::indexer::indexer;
+/// use kinformer::reflector::{Reflector, ReflectorConfig};
+/// use kube::api::{ApiResource, GroupVersionKind};
+///
+/// let gvk = GroupVersionKind::gvk("", "v1", "Pod");
+/// let (cache, writer) = indexer();
+/// let (deltas, mut received) = tokio::sync::mpsc::channel(1024);
+/// let reflector = Reflector::new(client, ApiResource::from_gvk(&gvk), ReflectorConfig::default(), writer);
+/// tokio::spawn(reflector.run(deltas));
+/// while let Some(delta) = received.recv().await {
+///     println!("{} {} ({} cached)", delta.delta_type, delta.key(), cache.len());
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Reflector {
+    api: Api<CachedObject>,
+    config: ReflectorConfig,
+    maker: DeltaMaker,
+    status: Arc<ReflectorStatus>,
+}
+
+impl Reflector {
+    /// A Reflector for `resource`, writing into `writer`'s cache.
+    #[must_use]
+    pub fn new(client: kube::Client, resource: ApiResource, config: ReflectorConfig, writer: IndexerWriter) -> Self {
+        let api = match &config.namespace {
+            Some(namespace) => Api::namespaced_with(client, namespace, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        let gvk = GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind);
+        let maker = DeltaMaker::new(gvk, writer, config.transform.clone(), config.replaced_deltas);
+        Self {
+            api,
+            config,
+            maker,
+            status: Arc::default(),
+        }
+    }
+
+    /// The shared status, to check `has_synced` and errors from elsewhere.
+    #[must_use]
+    pub fn status(&self) -> Arc<ReflectorStatus> {
+        Arc::clone(&self.status)
+    }
+
+    /// Runs until `deltas` is closed. Watch errors are logged and counted; the
+    /// watcher backs off and re-watches or relists by itself.
+    pub async fn run(mut self, deltas: mpsc::Sender<Delta>) {
+        let mut config = watcher::Config::default();
+        if let Some(selector) = &self.config.label_selector {
+            config = config.labels(selector);
+        }
+        if let Some(selector) = &self.config.field_selector {
+            config = config.fields(selector);
+        }
+        if self.config.streaming_lists {
+            config = config.streaming_lists();
+        }
+        let resource = self.maker.gvk.kind.clone();
+        let mut events = watcher(self.api.clone(), config).default_backoff().boxed();
+        let mut listed = 0_usize;
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(error) => {
+                    self.status.watch_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(resource, %error, "watch failed; backing off");
+                    continue;
+                }
+            };
+            if matches!(event, watcher::Event::InitApply(_)) && self.maker.in_initial_list() {
+                listed += 1;
+                if listed.is_multiple_of(10_000) {
+                    tracing::info!(resource, listed, "initial list in progress");
+                }
+            }
+            let done = matches!(event, watcher::Event::InitDone);
+            for delta in self.maker.step(event) {
+                tracing::trace!(resource, key = delta.key(), delta = %delta.delta_type, "delta");
+                if deltas.send(delta).await.is_err() {
+                    return;
+                }
+            }
+            if done && !self.status.has_synced() {
+                self.status.synced.store(true, Ordering::Release);
+                tracing::info!(resource, objects = listed, "initial list synced");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::indexer::indexer;
+    use serde_json::json;
+
+    fn object(name: &str, uid: &str, rv: &str) -> CachedObject {
+        CachedObject::from_value(&json!({
+            "metadata": {"name": name, "namespace": "a", "uid": uid, "resourceVersion": rv}
+        }))
+        .unwrap()
+    }
+
+    fn maker(replaced: bool) -> DeltaMaker {
+        let (_, writer) = indexer();
+        DeltaMaker::new(
+            GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            writer,
+            Transform::default(),
+            replaced,
+        )
+    }
+
+    fn summary(deltas: &[Delta]) -> Vec<(DeltaType, String, String, bool)> {
+        deltas
+            .iter()
+            .map(|d| {
+                (
+                    d.delta_type,
+                    d.key().to_owned(),
+                    d.object.resource_version().to_owned(),
+                    d.initial_list,
+                )
+            })
+            .collect()
+    }
+
+    fn list(maker: &mut DeltaMaker, objects: Vec<CachedObject>) -> Vec<Delta> {
+        let mut deltas = maker.step(watcher::Event::Init);
+        for object in objects {
+            deltas.extend(maker.step(watcher::Event::InitApply(object)));
+        }
+        deltas.extend(maker.step(watcher::Event::InitDone));
+        deltas
+    }
+
+    #[test]
+    fn the_first_list_is_added_and_flagged_initial() {
+        let mut maker = maker(false);
+        let deltas = list(&mut maker, vec![object("x", "u1", "1"), object("y", "u2", "2")]);
+        assert_eq!(
+            summary(&deltas),
+            [
+                (DeltaType::Added, "a/x".into(), "1".into(), true),
+                (DeltaType::Added, "a/y".into(), "2".into(), true)
+            ]
+        );
+        let live = maker.step(watcher::Event::Apply(object("z", "u3", "3")));
+        assert_eq!(summary(&live), [(DeltaType::Added, "a/z".into(), "3".into(), false)]);
+    }
+
+    #[test]
+    fn updates_carry_the_old_state_and_duplicates_are_dropped() {
+        let mut maker = maker(false);
+        list(&mut maker, vec![object("x", "u1", "1")]);
+        let deltas = maker.step(watcher::Event::Apply(object("x", "u1", "5")));
+        assert_eq!(deltas.len(), 1);
+        assert_eq!(deltas[0].delta_type, DeltaType::Updated);
+        assert_eq!(deltas[0].old.as_ref().unwrap().resource_version(), "1");
+        assert!(maker.step(watcher::Event::Apply(object("x", "u1", "5"))).is_empty());
+    }
+
+    #[test]
+    fn deleted_while_disconnected_yields_a_tombstone() {
+        let mut maker = maker(false);
+        list(&mut maker, vec![object("x", "u1", "1"), object("y", "u2", "2")]);
+        // The watch was down while y was deleted; the relist no longer has it.
+        let deltas = list(&mut maker, vec![object("x", "u1", "1")]);
+        assert_eq!(
+            summary(&deltas),
+            [(DeltaType::Deleted, "a/y".into(), "2".into(), false)]
+        );
+        assert!(maker.writer.reader().get("a/y").is_none());
+    }
+
+    #[test]
+    fn a_recreated_object_is_a_delete_plus_an_add() {
+        let mut maker = maker(false);
+        list(&mut maker, vec![object("x", "u1", "1")]);
+        let live = maker.step(watcher::Event::Apply(object("x", "u2", "4")));
+        assert_eq!(
+            summary(&live),
+            [
+                (DeltaType::Deleted, "a/x".into(), "1".into(), false),
+                (DeltaType::Added, "a/x".into(), "4".into(), false)
+            ]
+        );
+        let relisted = list(&mut maker, vec![object("x", "u3", "9")]);
+        assert_eq!(relisted[0].delta_type, DeltaType::Deleted);
+        assert_eq!(relisted[1].delta_type, DeltaType::Added);
+        assert_eq!(relisted[1].object.uid(), "u3");
+    }
+
+    #[test]
+    fn a_relist_reports_changes_but_no_spurious_updates() {
+        let mut maker = maker(false);
+        list(&mut maker, vec![object("x", "u1", "1"), object("y", "u2", "2")]);
+        let deltas = list(&mut maker, vec![object("x", "u1", "1"), object("y", "u2", "7")]);
+        assert_eq!(
+            summary(&deltas),
+            [(DeltaType::Updated, "a/y".into(), "7".into(), false)]
+        );
+
+        let mut replacing = self::maker(true);
+        list(&mut replacing, vec![object("x", "u1", "1")]);
+        let deltas = list(&mut replacing, vec![object("x", "u1", "1")]);
+        assert_eq!(
+            summary(&deltas),
+            [(DeltaType::Replaced, "a/x".into(), "1".into(), false)]
+        );
+    }
+
+    #[test]
+    fn a_delete_reports_the_final_state() {
+        let mut maker = maker(false);
+        list(&mut maker, vec![object("x", "u1", "1")]);
+        let deltas = maker.step(watcher::Event::Delete(object("x", "u1", "8")));
+        assert_eq!(
+            summary(&deltas),
+            [(DeltaType::Deleted, "a/x".into(), "8".into(), false)]
+        );
+        assert!(maker.writer.reader().is_empty());
+    }
+}
