@@ -24,7 +24,7 @@ async fn main() -> anyhow::Result<()> {
         server.store().create(
             &configmaps,
             Some("default"),
-            json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "0"}}),
+            json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "initial"}}),
         )?;
     }
     let start_rv = server.store().resource_version();

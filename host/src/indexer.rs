@@ -355,6 +355,16 @@ impl Indexer {
         Ok(values.unwrap_or_default())
     }
 
+    /// Adds an index, as [`IndexerWriter::add_index`] does: indexes may be declared
+    /// by any holder of the cache (plugins register theirs at runtime).
+    ///
+    /// # Errors
+    ///
+    /// As [`IndexerWriter::add_index`].
+    pub fn add_index(&self, name: &str, field_path: &str) -> Result<(), IndexError> {
+        add_index(&self.inner, name, field_path)
+    }
+
     /// The names of the declared indexes (the `label:<key>` indexes are implicit).
     #[must_use]
     pub fn index_names(&self) -> Vec<String> {
@@ -403,6 +413,17 @@ impl IndexerWriter {
         Some(previous)
     }
 
+    /// Adds the index `name` over the values at `field_path`, back-filled from what
+    /// is cached. Adding the same definition again is a no-op.
+    ///
+    /// # Errors
+    ///
+    /// When the name is invalid or taken by another definition, or the path is
+    /// malformed.
+    pub fn add_index(&self, name: &str, field_path: &str) -> Result<(), IndexError> {
+        add_index(&self.inner, name, field_path)
+    }
+
     /// Replaces the whole content (after a relist); returns the objects that are
     /// gone.
     pub fn replace(&self, objects: impl IntoIterator<Item = Arc<CachedObject>>) -> Vec<Arc<CachedObject>> {
@@ -420,40 +441,34 @@ impl IndexerWriter {
         }
         old.into_values().collect()
     }
+}
 
-    /// Adds the index `name` over the values at `field_path`, back-filled from what
-    /// is cached. Adding the same definition again is a no-op.
-    ///
-    /// # Errors
-    ///
-    /// When the name is invalid or taken by another definition, or the path is
-    /// malformed.
-    pub fn add_index(&self, name: &str, field_path: &str) -> Result<(), IndexError> {
-        let invalid = |why| Err(IndexError::InvalidName(name.chars().take(100).collect(), why));
-        if name.is_empty() || name.len() > MAX_INDEX_NAME_LEN {
-            return invalid("must be 1 to 253 bytes");
-        }
-        if name == NAMESPACE_INDEX || name == OWNER_INDEX || name.starts_with(LABEL_INDEX_PREFIX) {
-            return invalid("taken by a built-in index");
-        }
-        let func = IndexFunc::Field(FieldPath::parse(field_path)?);
-        let mut inner = self.write();
-        if let Some(existing) = inner.indexes.get(name) {
-            return if existing.func == func {
-                Ok(())
-            } else {
-                Err(IndexError::Conflict(name.to_owned()))
-            };
-        }
-        let mut values: BTreeMap<String, Keys> = BTreeMap::new();
-        for (key, object) in &inner.objects {
-            for value in func.values(object, &mut None) {
-                values.entry(value).or_default().insert(key.clone());
-            }
-        }
-        inner.indexes.insert(name.to_owned(), Index { func, values });
-        Ok(())
+/// Adds a field index; see [`IndexerWriter::add_index`].
+fn add_index(inner: &RwLock<Inner>, name: &str, field_path: &str) -> Result<(), IndexError> {
+    let invalid = |why| Err(IndexError::InvalidName(name.chars().take(100).collect(), why));
+    if name.is_empty() || name.len() > MAX_INDEX_NAME_LEN {
+        return invalid("must be 1 to 253 bytes");
     }
+    if name == NAMESPACE_INDEX || name == OWNER_INDEX || name.starts_with(LABEL_INDEX_PREFIX) {
+        return invalid("taken by a built-in index");
+    }
+    let func = IndexFunc::Field(FieldPath::parse(field_path)?);
+    let mut inner = inner.write().unwrap_or_else(PoisonError::into_inner);
+    if let Some(existing) = inner.indexes.get(name) {
+        return if existing.func == func {
+            Ok(())
+        } else {
+            Err(IndexError::Conflict(name.to_owned()))
+        };
+    }
+    let mut values: BTreeMap<String, Keys> = BTreeMap::new();
+    for (key, object) in &inner.objects {
+        for value in func.values(object, &mut None) {
+            values.entry(value).or_default().insert(key.clone());
+        }
+    }
+    inner.indexes.insert(name.to_owned(), Index { func, values });
+    Ok(())
 }
 
 #[cfg(test)]
@@ -552,5 +567,85 @@ mod tests {
         assert_eq!(gone.iter().map(|o| o.key()).collect::<Vec<_>>(), ["a/w-0"]);
         assert_eq!(reader.index_values("label:app", 10).unwrap(), ["db"]);
         assert_eq!(reader.len(), 1);
+    }
+
+    #[test]
+    fn index_queries_agree_with_a_brute_force_scan_on_random_data() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+
+        let mut rng = StdRng::seed_from_u64(3);
+        let (reader, writer) = indexer();
+        writer.add_index("node", "spec.nodeName").unwrap();
+        let apps = ["web", "db", "cache"];
+        let tiers = ["a", "b"];
+        for step in 0..2000 {
+            let name = format!("p{}", rng.random_range(0..150));
+            let namespace = ["x", "y", "z"][rng.random_range(0..3)];
+            if rng.random_range(0..5) == 0 {
+                writer.delete(&format!("{namespace}/{name}"));
+                continue;
+            }
+            let mut labels = serde_json::Map::new();
+            labels.insert("app".into(), json!(apps[rng.random_range(0..3)]));
+            if rng.random_bool(0.5) {
+                labels.insert("tier".into(), json!(tiers[rng.random_range(0..2)]));
+            }
+            let value = json!({
+                "metadata": {"name": name, "namespace": namespace, "resourceVersion": step.to_string(),
+                             "labels": labels, "ownerReferences": [{"uid": format!("o{}", rng.random_range(0..5))}]},
+                "spec": {"nodeName": format!("n{}", rng.random_range(0..4))}
+            });
+            writer.apply(Arc::new(CachedObject::from_value(&value).unwrap()));
+        }
+        let all = reader.list_all();
+        let brute = |keep: &dyn Fn(&CachedObject) -> bool| -> Vec<String> {
+            all.iter().filter(|o| keep(o)).map(|o| o.key().to_owned()).collect()
+        };
+        let selectors = [
+            "app=web",
+            "app in (web,db),tier=a",
+            "tier",
+            "!tier",
+            "app!=db,tier notin (b)",
+            "",
+        ];
+        for selector_text in selectors {
+            let selector = Selector::parse(selector_text).unwrap();
+            for namespace in [None, Some("x"), Some("z")] {
+                let listed: Vec<String> = reader
+                    .list(namespace, &selector, usize::MAX)
+                    .objects
+                    .iter()
+                    .map(|o| o.key().to_owned())
+                    .collect();
+                let expected =
+                    brute(&|o| namespace.is_none_or(|ns| o.namespace() == Some(ns)) && selector.matches(o.labels()));
+                assert_eq!(listed, expected, "{selector_text:?} in {namespace:?}");
+            }
+        }
+        for (index, values, field) in [
+            ("node", vec!["n0", "n3"], "node"),
+            ("owner", vec!["o1", "o4"], "owner"),
+            ("label:app", vec!["web", "cache"], "app"),
+            ("namespace", vec!["y"], "namespace"),
+        ] {
+            for value in values {
+                let found: Vec<String> = reader
+                    .by_index(index, value, usize::MAX)
+                    .unwrap()
+                    .objects
+                    .iter()
+                    .map(|o| o.key().to_owned())
+                    .collect();
+                let expected = brute(&|o| match field {
+                    "node" => o.json().contains(&format!("\"nodeName\":\"{value}\"")),
+                    "owner" => o.owner_uids().any(|uid| uid == value),
+                    "app" => o.labels().get("app").map(String::as_str) == Some(value),
+                    _ => o.namespace() == Some(value),
+                });
+                assert_eq!(found, expected, "{index}={value}");
+            }
+        }
     }
 }

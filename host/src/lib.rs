@@ -11,8 +11,10 @@ pub mod caches;
 pub mod delta;
 pub mod demo;
 pub mod indexer;
+pub mod informer;
 pub mod object;
 pub mod plugin;
+pub mod processor;
 pub mod reflector;
 
 /// The embedded Kubernetes API server emulation.

@@ -201,6 +201,26 @@ impl DeltaMaker {
     }
 }
 
+/// Where a Reflector's deltas go.
+pub trait DeltaSink: Send {
+    /// Takes one delta, after the cache holds it; false when nobody listens any
+    /// more, which stops the Reflector.
+    fn deliver(&mut self, delta: Delta) -> impl std::future::Future<Output = bool> + Send;
+}
+
+impl DeltaSink for mpsc::Sender<Delta> {
+    async fn deliver(&mut self, delta: Delta) -> bool {
+        self.send(delta).await.is_ok()
+    }
+}
+
+impl DeltaSink for Arc<crate::processor::SharedProcessor> {
+    async fn deliver(&mut self, delta: Delta) -> bool {
+        self.distribute(&delta);
+        true
+    }
+}
+
 /// Lists and watches one resource until its delta receiver is dropped.
 ///
 /// # Examples
@@ -255,7 +275,7 @@ impl Reflector {
 
     /// Runs until `deltas` is closed. Watch errors are logged and counted; the
     /// watcher backs off and re-watches or relists by itself.
-    pub async fn run(mut self, deltas: mpsc::Sender<Delta>) {
+    pub async fn run(mut self, mut deltas: impl DeltaSink) {
         let mut config = watcher::Config::default();
         if let Some(selector) = &self.config.label_selector {
             config = config.labels(selector);
@@ -287,7 +307,7 @@ impl Reflector {
             let done = matches!(event, watcher::Event::InitDone);
             for delta in self.maker.step(event) {
                 tracing::trace!(resource, key = delta.key(), delta = %delta.delta_type, "delta");
-                if deltas.send(delta).await.is_err() {
+                if !deltas.deliver(delta).await {
                     return;
                 }
             }

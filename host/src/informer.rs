@@ -1,0 +1,236 @@
+//! SharedIndexInformer and SharedInformerFactory: one watch and one cache per
+//! (resource, namespace, selectors), shared by every subscriber.
+//!
+//! [`SharedInformerFactory::informer`] returns the running informer for a key or
+//! starts one: a Reflector filling an Indexer, and a SharedProcessor fanning its
+//! deltas out to handlers. Clones of a [`SharedIndexInformer`] are subscriptions;
+//! when the last one is dropped, the watch stops and the cache is freed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use kube::api::GroupVersionKind;
+
+use crate::indexer::{IndexError, Indexer, indexer};
+use crate::object::Transform;
+use crate::processor::{Handler, HandlerOptions, SharedProcessor};
+use crate::reflector::{Reflector, ReflectorConfig, ReflectorStatus};
+
+/// Why an informer could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server does not serve the resource.
+    #[error("cannot resolve {group}/{version} {kind} on the API server")]
+    Discovery {
+        /// The group.
+        group: String,
+        /// The version.
+        version: String,
+        /// The kind.
+        kind: String,
+        /// What the client reported.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What one informer watches: the resource, and the server-side filters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InformerKey {
+    /// The resource type.
+    pub gvk: GroupVersionKind,
+    /// Only this namespace; all when `None`.
+    pub namespace: Option<String>,
+    /// A label selector.
+    pub label_selector: Option<String>,
+    /// A field selector.
+    pub field_selector: Option<String>,
+}
+
+impl InformerKey {
+    /// Every object of `gvk`.
+    #[must_use]
+    pub fn new(gvk: GroupVersionKind) -> Self {
+        Self {
+            gvk,
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+        }
+    }
+
+    /// Only `namespace`.
+    #[must_use]
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Only objects matching `selector`.
+    #[must_use]
+    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+}
+
+#[derive(Debug)]
+struct Running {
+    key: InformerKey,
+    cache: Indexer,
+    processor: Arc<SharedProcessor>,
+    status: Arc<ReflectorStatus>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        tracing::info!(resource = %self.key.gvk.kind, "last subscriber gone: informer stopped");
+        self.task.abort();
+    }
+}
+
+/// A running informer; each clone is a subscription keeping it alive.
+#[derive(Debug, Clone)]
+pub struct SharedIndexInformer {
+    running: Arc<Running>,
+}
+
+impl SharedIndexInformer {
+    /// What it watches.
+    #[must_use]
+    pub fn key(&self) -> &InformerKey {
+        &self.running.key
+    }
+
+    /// A read handle on its cache.
+    #[must_use]
+    pub fn cache(&self) -> Indexer {
+        self.running.cache.clone()
+    }
+
+    /// True once the first list is in the cache.
+    #[must_use]
+    pub fn has_synced(&self) -> bool {
+        self.running.status.has_synced()
+    }
+
+    /// Watch errors the informer survived.
+    #[must_use]
+    pub fn watch_errors(&self) -> u64 {
+        self.running.status.watch_errors()
+    }
+
+    /// Adds a handler; it gets the cache as an initial list, then live deltas.
+    #[must_use]
+    pub fn add_handler(&self, name: &str, options: &HandlerOptions) -> Handler {
+        self.running.processor.add_handler(name, options)
+    }
+
+    /// Adds a field index to the cache, back-filled.
+    ///
+    /// # Errors
+    ///
+    /// When the name or path is invalid, or the name is taken.
+    pub fn add_index(&self, name: &str, field_path: &str) -> Result<(), IndexError> {
+        self.running.cache.add_index(name, field_path)
+    }
+}
+
+/// Starts informers, and shares a running one with every later subscriber.
+pub struct SharedInformerFactory {
+    client: kube::Client,
+    transform: Transform,
+    informers: Mutex<HashMap<InformerKey, Weak<Running>>>,
+}
+
+impl std::fmt::Debug for SharedInformerFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedInformerFactory")
+            .field("running", &self.running_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedInformerFactory {
+    /// A factory using `client`, with the default transform.
+    #[must_use]
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            client,
+            transform: Transform::default(),
+            informers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sets the transform of informers started from now on.
+    #[must_use]
+    pub fn transform(mut self, transform: Transform) -> Self {
+        self.transform = transform;
+        self
+    }
+
+    /// The informer for `key`: the running one, or a new one (which needs a Tokio
+    /// runtime and asks the server's discovery for the resource).
+    ///
+    /// # Errors
+    ///
+    /// When the server does not serve the resource.
+    pub async fn informer(&self, key: InformerKey) -> Result<SharedIndexInformer, Error> {
+        if let Some(running) = self.running(&key) {
+            return Ok(SharedIndexInformer { running });
+        }
+        let gvk = &key.gvk;
+        let (resource, _) = kube::discovery::pinned_kind(&self.client, gvk)
+            .await
+            .map_err(|source| Error::Discovery {
+                group: gvk.group.clone(),
+                version: gvk.version.clone(),
+                kind: gvk.kind.clone(),
+                source,
+            })?;
+        let mut informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
+        // Another subscriber may have started it while discovery ran.
+        if let Some(running) = informers.get(&key).and_then(Weak::upgrade) {
+            return Ok(SharedIndexInformer { running });
+        }
+        let (cache, writer) = indexer();
+        let processor = Arc::new(SharedProcessor::new(gvk.clone(), cache.clone()));
+        let config = ReflectorConfig {
+            namespace: key.namespace.clone(),
+            label_selector: key.label_selector.clone(),
+            field_selector: key.field_selector.clone(),
+            transform: self.transform.clone(),
+            ..ReflectorConfig::default()
+        };
+        let reflector = Reflector::new(self.client.clone(), resource, config, writer);
+        let status = reflector.status();
+        let task = tokio::spawn(reflector.run(Arc::clone(&processor)));
+        tracing::info!(resource = %gvk.kind, namespace = ?key.namespace, selector = ?key.label_selector, "informer started");
+        let running = Arc::new(Running {
+            key: key.clone(),
+            cache,
+            processor,
+            status,
+            task,
+        });
+        informers.retain(|_, informer| informer.strong_count() > 0);
+        informers.insert(key, Arc::downgrade(&running));
+        Ok(SharedIndexInformer { running })
+    }
+
+    fn running(&self, key: &InformerKey) -> Option<Arc<Running>> {
+        let informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
+        informers.get(key).and_then(Weak::upgrade)
+    }
+
+    /// How many informers are running.
+    #[must_use]
+    pub fn running_count(&self) -> usize {
+        let informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
+        informers
+            .values()
+            .filter(|informer| informer.strong_count() > 0)
+            .count()
+    }
+}

@@ -1,0 +1,509 @@
+//! The SharedProcessor: fans each delta of one informer out to its handlers, each
+//! through its own bounded queue, so one handler's slowness never slows another.
+//!
+//! A handler added to an informer first receives the current cache as `Added`
+//! deltas flagged initial-list, then live deltas. When a handler's queue
+//! overflows, the handler is switched to catch-up mode: its backlog is dropped,
+//! and when it next asks for deltas it receives one snapshot of the current cache
+//! as `Replaced` deltas, plus `Deleted` tombstones for objects it was told about
+//! that are gone. Memory stays bounded and no final state is lost; overflows are
+//! counted and logged. A handler may also ask for a periodic resync, which queues
+//! a `Sync` delta for every cached object.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use kube::api::GroupVersionKind;
+use tokio::sync::Notify;
+
+use crate::delta::{Delta, DeltaType};
+use crate::indexer::Indexer;
+use crate::object::CachedObject;
+
+/// Settings of one handler.
+#[derive(Debug, Clone)]
+pub struct HandlerOptions {
+    /// Deltas queued at most before the handler is switched to catch-up mode.
+    pub queue_capacity: usize,
+    /// Queue a `Sync` delta for every cached object at this period.
+    pub resync: Option<Duration>,
+}
+
+impl Default for HandlerOptions {
+    fn default() -> Self {
+        Self {
+            queue_capacity: 4096,
+            resync: None,
+        }
+    }
+}
+
+impl HandlerOptions {
+    /// Sets [`HandlerOptions::queue_capacity`].
+    #[must_use]
+    pub fn queue_capacity(mut self, capacity: usize) -> Self {
+        self.queue_capacity = capacity.max(1);
+        self
+    }
+
+    /// Sets [`HandlerOptions::resync`].
+    #[must_use]
+    pub fn resync(mut self, period: Duration) -> Self {
+        self.resync = Some(period);
+        self
+    }
+}
+
+/// What a handler's next batch starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Snapshot {
+    /// Nothing: take from the queue.
+    None,
+    /// The cache as `Added`, flagged initial-list (a new handler).
+    Initial,
+    /// The cache as `Replaced`, plus tombstones (after an overflow).
+    CatchUp,
+}
+
+#[derive(Debug)]
+struct QueueState {
+    deltas: VecDeque<Delta>,
+    snapshot: Snapshot,
+    /// Deltas of a snapshot not yet handed out.
+    pending: VecDeque<Delta>,
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct HandlerQueue {
+    name: String,
+    capacity: usize,
+    state: Mutex<QueueState>,
+    ready: Notify,
+    overflows: AtomicU64,
+    dropped: AtomicU64,
+    synced: AtomicBool,
+}
+
+impl HandlerQueue {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&self, delta: Delta) {
+        let mut state = self.lock();
+        if state.closed {
+            return;
+        }
+        if state.snapshot != Snapshot::None {
+            // A snapshot will be taken after this change was cached: it holds it.
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if state.deltas.len() >= self.capacity {
+            let dropped = state.deltas.len() as u64 + 1;
+            state.deltas.clear();
+            state.snapshot = Snapshot::CatchUp;
+            self.overflows.fetch_add(1, Ordering::Relaxed);
+            self.dropped.fetch_add(dropped, Ordering::Relaxed);
+            tracing::warn!(
+                handler = %self.name,
+                capacity = self.capacity,
+                "handler queue overflowed: backlog dropped, catching up from the cache"
+            );
+        } else {
+            state.deltas.push_back(delta);
+        }
+        drop(state);
+        self.ready.notify_one();
+    }
+}
+
+#[derive(Debug)]
+struct Registered {
+    id: u64,
+    queue: Arc<HandlerQueue>,
+    resync: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Counters of one handler.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandlerStats {
+    /// Deltas waiting in the queue.
+    pub queued: usize,
+    /// Times the queue overflowed into catch-up mode.
+    pub overflows: u64,
+    /// Deltas dropped because a cache snapshot replaced them.
+    pub dropped: u64,
+}
+
+/// Fans the deltas of one informer out to its handlers.
+#[derive(Debug)]
+pub struct SharedProcessor {
+    gvk: Arc<GroupVersionKind>,
+    cache: Indexer,
+    handlers: Mutex<Vec<Registered>>,
+    next_id: AtomicU64,
+}
+
+impl SharedProcessor {
+    /// A processor for the informer of `gvk` whose cache is `cache`.
+    #[must_use]
+    pub fn new(gvk: GroupVersionKind, cache: Indexer) -> Self {
+        Self {
+            gvk: Arc::new(gvk),
+            cache,
+            handlers: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    fn handlers(&self) -> MutexGuard<'_, Vec<Registered>> {
+        self.handlers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands a delta to every handler. Never blocks on a handler.
+    pub fn distribute(&self, delta: &Delta) {
+        for handler in self.handlers().iter() {
+            handler.queue.push(delta.clone());
+        }
+    }
+
+    /// Adds a handler named `name` (for logs). It first receives the current
+    /// cache as an initial list.
+    ///
+    /// A resync period needs a Tokio runtime.
+    pub fn add_handler(self: &Arc<Self>, name: &str, options: &HandlerOptions) -> Handler {
+        let queue = Arc::new(HandlerQueue {
+            name: name.to_owned(),
+            capacity: options.queue_capacity.max(1),
+            state: Mutex::new(QueueState {
+                deltas: VecDeque::new(),
+                snapshot: Snapshot::Initial,
+                pending: VecDeque::new(),
+                closed: false,
+            }),
+            ready: Notify::new(),
+            overflows: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            synced: AtomicBool::new(false),
+        });
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let resync = options.resync.map(|period| {
+            let (queue, cache, gvk) = (Arc::clone(&queue), self.cache.clone(), Arc::clone(&self.gvk));
+            tokio::spawn(async move {
+                let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                loop {
+                    timer.tick().await;
+                    for object in cache.list_all() {
+                        queue.push(Delta::new(DeltaType::Sync, Arc::clone(&gvk), object));
+                    }
+                }
+            })
+        });
+        self.handlers().push(Registered {
+            id,
+            queue: Arc::clone(&queue),
+            resync,
+        });
+        queue.ready.notify_one();
+        Handler {
+            id,
+            queue,
+            processor: Arc::clone(self),
+            delivered: HashMap::new(),
+        }
+    }
+
+    /// The number of handlers.
+    #[must_use]
+    pub fn handler_count(&self) -> usize {
+        self.handlers().len()
+    }
+
+    fn remove(&self, id: u64) {
+        let mut handlers = self.handlers();
+        if let Some(position) = handlers.iter().position(|handler| handler.id == id) {
+            let handler = handlers.swap_remove(position);
+            handler.queue.lock().closed = true;
+            handler.queue.ready.notify_one();
+            if let Some(resync) = handler.resync {
+                resync.abort();
+            }
+        }
+    }
+}
+
+/// One handler's end of the processor: its queue of deltas. Dropping it removes
+/// the handler without disturbing the others.
+#[derive(Debug)]
+pub struct Handler {
+    id: u64,
+    queue: Arc<HandlerQueue>,
+    processor: Arc<SharedProcessor>,
+    /// The last state handed out per key: for tombstones after an overflow, and
+    /// to skip a change a snapshot already delivered.
+    delivered: HashMap<String, Arc<CachedObject>>,
+}
+
+impl Handler {
+    /// The next deltas, at most `max`, in order; waits while there are none.
+    /// `None` once the handler was removed.
+    pub async fn next_batch(&mut self, max: usize) -> Option<Vec<Delta>> {
+        loop {
+            if let Some(batch) = self.try_next_batch(max) {
+                return Some(batch);
+            }
+            if self.queue.lock().closed {
+                return None;
+            }
+            self.queue.ready.notified().await;
+        }
+    }
+
+    /// The next deltas, at most `max`, if any are ready; never waits. An empty
+    /// answer is never returned: `None` means nothing is ready.
+    pub fn try_next_batch(&mut self, max: usize) -> Option<Vec<Delta>> {
+        let max = max.max(1);
+        let queue = Arc::clone(&self.queue);
+        let mut state = queue.lock();
+        if state.closed {
+            return None;
+        }
+        match std::mem::replace(&mut state.snapshot, Snapshot::None) {
+            Snapshot::None => {}
+            snapshot => {
+                // Everything queued is already in the cache: the snapshot replaces it.
+                state.deltas.clear();
+                state.pending = self.snapshot(snapshot).into();
+            }
+        }
+        let mut batch = Vec::new();
+        while batch.len() < max {
+            let Some(delta) = state.pending.pop_front().or_else(|| state.deltas.pop_front()) else {
+                break;
+            };
+            if self.record(&delta) {
+                batch.push(delta);
+            }
+        }
+        if state.pending.is_empty() && !queue.synced.load(Ordering::Relaxed) {
+            queue.synced.store(true, Ordering::Release);
+        }
+        drop(state);
+        (!batch.is_empty()).then_some(batch)
+    }
+
+    /// The deltas that bring this handler to the cache's current state.
+    fn snapshot(&self, kind: Snapshot) -> Vec<Delta> {
+        let gvk = &self.processor.gvk;
+        let objects = self.processor.cache.list_all();
+        let mut deltas: Vec<Delta> = Vec::with_capacity(objects.len());
+        if kind == Snapshot::CatchUp {
+            let present: std::collections::HashSet<&str> = objects.iter().map(|o| o.key()).collect();
+            let mut gone: Vec<_> = self
+                .delivered
+                .iter()
+                .filter(|(key, _)| !present.contains(key.as_str()))
+                .collect();
+            gone.sort_by(|a, b| a.0.cmp(b.0));
+            deltas.extend(
+                gone.into_iter()
+                    .map(|(_, last)| Delta::new(DeltaType::Deleted, Arc::clone(gvk), Arc::clone(last))),
+            );
+        }
+        for object in objects {
+            deltas.push(match kind {
+                Snapshot::Initial => Delta::new(DeltaType::Added, Arc::clone(gvk), object).in_initial_list(),
+                _ => Delta::new(DeltaType::Replaced, Arc::clone(gvk), object),
+            });
+        }
+        deltas
+    }
+
+    /// Notes what the handler is told; false for a change it already has.
+    fn record(&mut self, delta: &Delta) -> bool {
+        let key = delta.key();
+        if delta.delta_type == DeltaType::Deleted {
+            return self.delivered.remove(key).is_some() || delta.initial_list;
+        }
+        if matches!(delta.delta_type, DeltaType::Added | DeltaType::Updated)
+            && self
+                .delivered
+                .get(key)
+                .is_some_and(|last| Arc::ptr_eq(last, &delta.object))
+        {
+            return false;
+        }
+        self.delivered.insert(key.to_owned(), Arc::clone(&delta.object));
+        true
+    }
+
+    /// True once the handler has received its initial list.
+    #[must_use]
+    pub fn has_synced(&self) -> bool {
+        self.queue.synced.load(Ordering::Acquire)
+    }
+
+    /// The handler's counters.
+    #[must_use]
+    pub fn stats(&self) -> HandlerStats {
+        HandlerStats {
+            queued: self.queue.lock().deltas.len(),
+            overflows: self.queue.overflows.load(Ordering::Relaxed),
+            dropped: self.queue.dropped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Handler {
+    fn drop(&mut self) {
+        self.processor.remove(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::indexer::indexer;
+    use serde_json::json;
+
+    fn object(name: &str, rv: u32) -> Arc<CachedObject> {
+        Arc::new(
+            CachedObject::from_value(
+                &json!({"metadata": {"name": name, "namespace": "a", "resourceVersion": rv.to_string()}}),
+            )
+            .unwrap(),
+        )
+    }
+
+    fn setup() -> (
+        Arc<SharedProcessor>,
+        crate::indexer::IndexerWriter,
+        Arc<GroupVersionKind>,
+    ) {
+        let (reader, writer) = indexer();
+        let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
+        (
+            Arc::new(SharedProcessor::new(gvk.clone(), reader)),
+            writer,
+            Arc::new(gvk),
+        )
+    }
+
+    /// Applies a change to the cache and distributes its delta, as an informer does.
+    fn change(
+        processor: &SharedProcessor,
+        writer: &crate::indexer::IndexerWriter,
+        gvk: &Arc<GroupVersionKind>,
+        object: Arc<CachedObject>,
+    ) {
+        let delta = match writer.apply(Arc::clone(&object)) {
+            Some(old) => Delta::updated(Arc::clone(gvk), old, object),
+            None => Delta::new(DeltaType::Added, Arc::clone(gvk), object),
+        };
+        processor.distribute(&delta);
+    }
+
+    fn summary(batch: &[Delta]) -> Vec<(DeltaType, String, String)> {
+        batch
+            .iter()
+            .map(|d| (d.delta_type, d.key().to_owned(), d.object.resource_version().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_new_handler_gets_the_cache_as_an_initial_list_then_live_deltas() {
+        let (processor, writer, gvk) = setup();
+        change(&processor, &writer, &gvk, object("x", 1));
+        let mut handler = processor.add_handler("h", &HandlerOptions::default());
+        assert!(!handler.has_synced());
+        change(&processor, &writer, &gvk, object("y", 2));
+        let batch = handler.try_next_batch(10).unwrap();
+        // y was cached before the snapshot was taken: it is part of it, once.
+        assert_eq!(
+            summary(&batch),
+            [
+                (DeltaType::Added, "a/x".into(), "1".into()),
+                (DeltaType::Added, "a/y".into(), "2".into())
+            ]
+        );
+        assert!(batch.iter().all(|d| d.initial_list));
+        assert!(handler.has_synced());
+        change(&processor, &writer, &gvk, object("x", 3));
+        let batch = handler.try_next_batch(10).unwrap();
+        assert_eq!(summary(&batch), [(DeltaType::Updated, "a/x".into(), "3".into())]);
+        assert!(handler.try_next_batch(10).is_none());
+    }
+
+    #[test]
+    fn a_slow_handler_overflows_into_catch_up_without_touching_a_fast_one() {
+        let (processor, writer, gvk) = setup();
+        let options = HandlerOptions::default().queue_capacity(8);
+        let mut slow = processor.add_handler("slow", &options);
+        let mut fast = processor.add_handler("fast", &options);
+        assert!(slow.try_next_batch(10).is_none() && fast.try_next_batch(10).is_none());
+        change(&processor, &writer, &gvk, object("doomed", 1));
+        assert_eq!(slow.try_next_batch(10).unwrap().len(), 1);
+
+        let mut fast_seen = 0;
+        for rv in 2..1000 {
+            change(&processor, &writer, &gvk, object(&format!("o{}", rv % 20), rv));
+            if rv == 500 {
+                writer.delete("a/doomed");
+                processor.distribute(&Delta::new(DeltaType::Deleted, Arc::clone(&gvk), object("doomed", 500)));
+            }
+            fast_seen += fast.try_next_batch(100).map_or(0, |batch| batch.len());
+            // The slow handler never reads; its queue stays bounded.
+            assert!(slow.stats().queued <= 8);
+        }
+        assert_eq!(fast_seen, 1 + 998 + 1, "the fast handler saw every change");
+        assert!(slow.stats().overflows >= 1);
+
+        // Catching up: a tombstone for what it knew and is gone, then the cache.
+        let batch = slow.try_next_batch(1000).unwrap();
+        assert_eq!(batch[0].delta_type, DeltaType::Deleted);
+        assert_eq!(batch[0].key(), "a/doomed");
+        let replaced: Vec<_> = batch[1..].iter().map(|d| (d.delta_type, d.key().to_owned())).collect();
+        assert_eq!(replaced.len(), 20);
+        assert!(replaced.iter().all(|(t, _)| *t == DeltaType::Replaced));
+        for delta in &batch[1..] {
+            let cached = writer.reader().get(delta.key()).unwrap();
+            assert_eq!(cached.resource_version(), delta.object.resource_version());
+        }
+    }
+
+    #[test]
+    fn removing_a_handler_stops_its_delivery_only() {
+        let (processor, writer, gvk) = setup();
+        let mut kept = processor.add_handler("kept", &HandlerOptions::default());
+        let removed = processor.add_handler("removed", &HandlerOptions::default());
+        assert_eq!(processor.handler_count(), 2);
+        drop(removed);
+        assert_eq!(processor.handler_count(), 1);
+        change(&processor, &writer, &gvk, object("x", 1));
+        assert_eq!(kept.try_next_batch(10).unwrap().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_period_queues_a_sync_for_every_cached_object() {
+        let (processor, writer, gvk) = setup();
+        change(&processor, &writer, &gvk, object("x", 1));
+        change(&processor, &writer, &gvk, object("y", 2));
+        let mut handler = processor.add_handler("h", &HandlerOptions::default().resync(Duration::from_secs(30)));
+        assert_eq!(handler.next_batch(10).await.unwrap().len(), 2);
+        let sync = tokio::time::timeout(Duration::from_secs(31), handler.next_batch(10))
+            .await
+            .expect("no resync within its period")
+            .unwrap();
+        assert_eq!(
+            summary(&sync),
+            [
+                (DeltaType::Sync, "a/x".into(), "1".into()),
+                (DeltaType::Sync, "a/y".into(), "2".into())
+            ]
+        );
+    }
+}
