@@ -7,20 +7,17 @@
 //! through the real kube-rs client over HTTP. Every delta reaches the plugins that
 //! subscribed to it, in order, in batches.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use apiserver_sim::workload::Workload;
 use apiserver_sim::{ApiServer, SimConfig};
-use tokio::sync::mpsc;
 
 use crate::caches::Caches;
 use crate::delta::Delta;
-use crate::indexer::indexer;
-use crate::plugin::{PluginEngine, PluginInstance, PluginOptions, Registration, Subscription};
-use crate::reflector::{Reflector, ReflectorConfig, ReflectorStatus};
+use crate::informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
+use crate::plugin::{PluginEngine, PluginInstance, PluginOptions, Registration};
+use crate::processor::{Handler, HandlerOptions};
 use crate::selector::Selector;
 
 /// Why the demo could not run.
@@ -121,32 +118,6 @@ pub fn write_plugins(dir: &Path, plugins: &[(&str, &[u8])]) -> Result<(), Error>
 struct Loaded {
     instance: PluginInstance,
     registration: Registration,
-    /// The parsed selector of each subscription, in order.
-    selectors: Vec<Selector>,
-}
-
-fn subscribes_to(subscription: &Subscription, selector: &Selector, delta: &Delta) -> bool {
-    subscription.deliver
-        && subscription.gvk == *delta.gvk
-        && subscription
-            .namespace
-            .as_deref()
-            .is_none_or(|namespace| delta.object.namespace() == Some(namespace))
-        && selector.matches(delta.object.labels())
-}
-
-/// Where a plugin's deltas go: its worker's queue, and what it subscribed to.
-struct Route {
-    queue: mpsc::Sender<Delta>,
-    subscriptions: Vec<(Subscription, Selector)>,
-}
-
-impl Route {
-    fn wants(&self, delta: &Delta) -> bool {
-        self.subscriptions
-            .iter()
-            .any(|(subscription, selector)| subscribes_to(subscription, selector, delta))
-    }
 }
 
 /// The most deltas handed to a plugin in one call.
@@ -187,74 +158,61 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginInstance>, Error> {
     );
     let workload = server.start_workload(&config.workload).map_err(Error::Workload)?;
     let client = kube::Client::try_from(server.client_config()).map_err(Error::Kube)?;
+    let factory = SharedInformerFactory::new(client);
 
-    // One cache and one Reflector per resource any plugin registered for.
-    let (deltas_tx, mut deltas_rx) = mpsc::channel::<Delta>(4096);
-    let mut reflectors = Vec::new();
-    let mut statuses: Vec<Arc<ReflectorStatus>> = Vec::new();
-    let mut writers = HashMap::new();
-    for plugin in &plugins {
+    // One shared informer per (resource, namespace, selector) the plugins registered
+    // for; each plugin is a handler of the informers whose deltas it wants.
+    let mut informers: Vec<SharedIndexInformer> = Vec::new();
+    let mut workers = Vec::new();
+    let mut pumps = Vec::new();
+    for plugin in plugins {
+        let name = plugin.instance.name().to_owned();
+        let mut handlers = Vec::new();
         for subscription in &plugin.registration.subscriptions {
-            if writers.contains_key(&subscription.gvk) {
-                continue;
-            }
-            let (reader, writer) = indexer();
-            caches.insert(subscription.gvk.clone(), reader);
-            writers.insert(subscription.gvk.clone(), writer);
-        }
-    }
-    for plugin in &plugins {
-        for index in &plugin.registration.indexes {
-            let writer = writers.get(&index.gvk).ok_or_else(|| Error::Registration {
-                plugin: plugin.instance.name().to_owned(),
-                reason: format!("index {:?} on a resource it does not watch", index.name),
+            let mut key = InformerKey::new(subscription.gvk.clone());
+            key.namespace.clone_from(&subscription.namespace);
+            key.label_selector.clone_from(&subscription.label_selector);
+            let informer = factory.informer(key).await.map_err(|error| Error::Registration {
+                plugin: name.clone(),
+                reason: error.to_string(),
             })?;
-            writer
+            if caches.get(&subscription.gvk).is_none() {
+                caches.insert(subscription.gvk.clone(), informer.cache());
+            }
+            if subscription.deliver {
+                handlers.push(informer.add_handler(&name, &HandlerOptions::default()));
+            }
+            informers.push(informer);
+        }
+        for index in &plugin.registration.indexes {
+            let informer = informers
+                .iter()
+                .find(|informer| informer.key().gvk == index.gvk)
+                .ok_or_else(|| Error::Registration {
+                    plugin: name.clone(),
+                    reason: format!("index {:?} on a resource it does not watch", index.name),
+                })?;
+            informer
                 .add_index(&index.name, &index.field_path)
                 .map_err(|error| Error::Registration {
-                    plugin: plugin.instance.name().to_owned(),
+                    plugin: name.clone(),
                     reason: error.to_string(),
                 })?;
         }
-    }
-    for (gvk, writer) in writers {
-        let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await.map_err(Error::Kube)?;
-        let reflector = Reflector::new(client.clone(), resource, ReflectorConfig::default(), writer);
-        statuses.push(reflector.status());
-        reflectors.push(tokio::spawn(reflector.run(deltas_tx.clone())));
-    }
-    drop(deltas_tx);
-
-    // One worker thread per plugin, fed through its own queue.
-    let mut routes = Vec::new();
-    let mut workers = Vec::new();
-    for plugin in plugins {
-        let (queue, received) = mpsc::channel(1024);
-        let subscriptions = plugin
-            .registration
-            .subscriptions
-            .iter()
-            .cloned()
-            .zip(plugin.selectors.iter().cloned())
-            .collect();
-        routes.push(Route { queue, subscriptions });
-        let name = plugin.instance.name().to_owned();
+        // The pump takes batches from the plugin's handlers; the worker thread
+        // calls the plugin. The rendezvous between them holds one batch at a time,
+        // so a busy plugin backs up into its own handler queues only.
+        let (batches, received) = std::sync::mpsc::sync_channel::<Vec<Delta>>(0);
+        pumps.push(tokio::spawn(pump(handlers, batches)));
         let worker = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
-            .spawn(move || work(plugin.instance, received))
+            .spawn(move || work(plugin.instance, &received))
             .map_err(|source| Error::Io {
                 path: name.into(),
                 source,
             })?;
         workers.push(worker);
     }
-    let dispatcher = tokio::spawn(async move {
-        while let Some(delta) = deltas_rx.recv().await {
-            for route in routes.iter().filter(|route| route.wants(&delta)) {
-                let _ = route.queue.send(delta.clone()).await;
-            }
-        }
-    });
 
     match config.duration {
         Some(duration) => tokio::time::sleep(duration).await,
@@ -263,14 +221,15 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginInstance>, Error> {
         }
     }
     tracing::info!(
-        synced = statuses.iter().all(|status| status.has_synced()),
+        synced = informers.iter().all(SharedIndexInformer::has_synced),
         "demo stopping"
     );
     workload.abort();
-    for reflector in reflectors {
-        reflector.abort();
+    for pump in pumps {
+        pump.abort();
+        let _ = pump.await;
     }
-    let _ = dispatcher.await;
+    drop(informers);
     let instances = tokio::task::spawn_blocking(move || {
         workers
             .into_iter()
@@ -283,20 +242,40 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginInstance>, Error> {
     Ok(instances)
 }
 
+/// Moves batches from a plugin's handlers to its worker thread, waiting on
+/// whichever handler has deltas.
+async fn pump(mut handlers: Vec<Handler>, batches: std::sync::mpsc::SyncSender<Vec<Delta>>) {
+    if handlers.is_empty() {
+        return;
+    }
+    loop {
+        let next = handlers
+            .iter_mut()
+            .map(|handler| Box::pin(handler.next_batch(MAX_BATCH)));
+        let (batch, _, _) = futures::future::select_all(next).await;
+        let Some(batch) = batch else { return };
+        let batches = batches.clone();
+        let sent = tokio::task::spawn_blocking(move || batches.send(batch).is_ok()).await;
+        if !matches!(sent, Ok(true)) {
+            return;
+        }
+    }
+}
+
 /// Loads, instantiates and initialises one plugin.
 fn load(engine: &PluginEngine, caches: &Caches, path: &Path) -> Result<Loaded, Error> {
     let component = engine.load_file(path)?;
     let mut instance = component.instantiate(caches.clone(), PluginOptions::default())?;
     let registration = instance.init("")?;
-    let selectors = registration
-        .subscriptions
-        .iter()
-        .map(|subscription| Selector::parse(subscription.label_selector.as_deref().unwrap_or_default()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| Error::Registration {
-            plugin: component.name().to_owned(),
-            reason: error.to_string(),
-        })?;
+    // Selectors go to the API server; a malformed one is refused here, naming it.
+    for subscription in &registration.subscriptions {
+        if let Some(selector) = &subscription.label_selector {
+            Selector::parse(selector).map_err(|error| Error::Registration {
+                plugin: component.name().to_owned(),
+                reason: error.to_string(),
+            })?;
+        }
+    }
     tracing::info!(
         plugin = component.name(),
         name = %registration.name,
@@ -304,24 +283,12 @@ fn load(engine: &PluginEngine, caches: &Caches, path: &Path) -> Result<Loaded, E
         subscriptions = registration.subscriptions.len(),
         "plugin started"
     );
-    Ok(Loaded {
-        instance,
-        registration,
-        selectors,
-    })
+    Ok(Loaded { instance, registration })
 }
 
-/// A plugin's worker: takes what is queued (up to [`MAX_BATCH`]) and hands it over
-/// in one call, until the queue closes.
-fn work(mut instance: PluginInstance, mut queue: mpsc::Receiver<Delta>) -> PluginInstance {
-    while let Some(first) = queue.blocking_recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(delta) => batch.push(delta),
-                Err(_) => break,
-            }
-        }
+/// A plugin's worker: calls the plugin with each batch until the pump stops.
+fn work(mut instance: PluginInstance, batches: &std::sync::mpsc::Receiver<Vec<Delta>>) -> PluginInstance {
+    while let Ok(batch) = batches.recv() {
         let _span = tracing::debug_span!("handle", plugin = instance.name(), deltas = batch.len()).entered();
         if let Err(error) = instance.handle(&batch) {
             tracing::warn!(plugin = instance.name(), %error, "batch not handled");

@@ -205,8 +205,8 @@ impl SharedInformerFactory {
         };
         let reflector = Reflector::new(self.client.clone(), resource, config, writer);
         let status = reflector.status();
+        tracing::info!(resource = %gvk.kind, namespace = ?key.namespace, selector = ?key.label_selector, "informer starting");
         let task = tokio::spawn(reflector.run(Arc::clone(&processor)));
-        tracing::info!(resource = %gvk.kind, namespace = ?key.namespace, selector = ?key.label_selector, "informer started");
         let running = Arc::new(Running {
             key: key.clone(),
             cache,
