@@ -392,14 +392,8 @@ impl Store {
     ///
     /// 404 when the resource or object does not exist.
     pub fn get(&self, id: &ResourceId, namespace: Option<&str>, name: &str) -> Result<Arc<StoredObject>> {
-        let state = self.lock();
-        let collection = collection(&state, id)?;
-        let key = object_key(namespace.filter(|_| collection.def.namespaced), name);
-        collection
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&id.group, &id.plural, name))
+        let (_, object) = existing(&self.lock(), id, namespace, name)?;
+        Ok(object)
     }
 
     /// One page of the objects `filter` selects.
@@ -616,9 +610,8 @@ impl Store {
         status: bool,
     ) -> Result<Arc<StoredObject>> {
         let mut state = self.lock();
-        let def = Arc::clone(&collection(&state, id)?.def);
-        let key = object_key(namespace.filter(|_| def.namespaced), name);
-        let Some(existing) = collection(&state, id)?.objects.get(&key).cloned() else {
+        let (def, existing) = lookup(&state, id, namespace, name)?;
+        let Some(existing) = existing else {
             if patch_type == PatchType::Apply && !status {
                 drop(state);
                 let mut body = patch;
@@ -656,17 +649,11 @@ impl Store {
         mut body: Value,
         status: bool,
     ) -> Result<Arc<StoredObject>> {
-        let def = Arc::clone(&collection(state, id)?.def);
+        let (def, existing) = existing(state, id, namespace, name)?;
         if status && !def.status_subresource {
             return Err(ApiError::no_route(&format!("{}/status", def.plural)));
         }
         check_type(&def, &body)?;
-        let key = object_key(namespace.filter(|_| def.namespaced), name);
-        let existing = collection(state, id)?
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
         let metadata = metadata_mut(&mut body, &def)?;
         if metadata.get("name").and_then(Value::as_str).is_some_and(|n| n != name) {
             return Err(ApiError::bad_request(format!(
@@ -762,13 +749,7 @@ impl Store {
         name: &str,
         preconditions: &Preconditions,
     ) -> Result<Arc<StoredObject>> {
-        let def = Arc::clone(&collection(state, id)?.def);
-        let key = object_key(namespace.filter(|_| def.namespaced), name);
-        let existing = collection(state, id)?
-            .objects
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
+        let (def, existing) = existing(state, id, namespace, name)?;
         let metadata = &existing.value["metadata"];
         if let Some(uid) = &preconditions.uid
             && metadata["uid"].as_str() != Some(uid)
@@ -893,6 +874,30 @@ fn collection<'a>(state: &'a State, id: &ResourceId) -> Result<&'a Collection> {
         .collections
         .get(id)
         .ok_or_else(|| ApiError::no_route(&format!("{}/{}/{}", id.group, id.version, id.plural)))
+}
+
+/// The resource's definition and the object under `namespace/name`, if any.
+fn lookup(
+    state: &State,
+    id: &ResourceId,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<(Arc<ResourceDef>, Option<Arc<StoredObject>>)> {
+    let collection = collection(state, id)?;
+    let key = object_key(namespace.filter(|_| collection.def.namespaced), name);
+    Ok((Arc::clone(&collection.def), collection.objects.get(&key).cloned()))
+}
+
+/// Like [`lookup`], with 404 when the object does not exist.
+fn existing(
+    state: &State,
+    id: &ResourceId,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<(Arc<ResourceDef>, Arc<StoredObject>)> {
+    let (def, object) = lookup(state, id, namespace, name)?;
+    let object = object.ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
+    Ok((def, object))
 }
 
 /// Merges the current objects with the overlay of past states, both ordered by key;

@@ -65,43 +65,34 @@ async fn kubectl_gets_applies_deletes_and_watches() {
     server.write_kubeconfig(&kubeconfig).unwrap();
     let configmaps = ResourceId::new("", "v1", "configmaps");
 
-    // apply -f creates, and the store holds what kubectl sent.
-    let manifest = dir.path().join("cm.yaml");
-    std::fs::write(
-        &manifest,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  labels:\n    app: web\ndata:\n  mode: fast\n",
-    )
-    .unwrap();
-    let (kc, config, file) = (kubectl.clone(), kubeconfig.clone(), manifest.clone());
-    let applied = tokio::task::spawn_blocking(move || {
-        run(
-            &kc,
-            &config,
-            &["apply", "--validate=false", "-f", file.to_str().unwrap()],
+    // apply -f creates, then patches; the store holds what kubectl sent.
+    let apply = |mode: &str| {
+        let manifest = dir.path().join("cm.yaml");
+        std::fs::write(
+            &manifest,
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  labels:\n    app: web\ndata:\n  mode: {mode}\n"),
         )
-    })
-    .await
-    .unwrap();
+        .unwrap();
+        let (kc, config) = (kubectl.clone(), kubeconfig.clone());
+        tokio::task::spawn_blocking(move || {
+            run(
+                &kc,
+                &config,
+                &["apply", "--validate=false", "-f", manifest.to_str().unwrap()],
+            )
+        })
+    };
+    let applied = apply("fast").await.unwrap();
     assert!(applied.contains("configmap/settings created"), "{applied}");
-    let stored = server.store().get(&configmaps, Some("default"), "settings").unwrap();
-    assert_eq!(stored.value["data"]["mode"], "fast");
-
-    // apply again with a change patches it.
-    std::fs::write(
-        &manifest,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  labels:\n    app: web\ndata:\n  mode: safe\n",
-    )
-    .unwrap();
-    let (kc, config, file) = (kubectl.clone(), kubeconfig.clone(), manifest.clone());
-    let reapplied = tokio::task::spawn_blocking(move || {
-        run(
-            &kc,
-            &config,
-            &["apply", "--validate=false", "-f", file.to_str().unwrap()],
-        )
-    })
-    .await
-    .unwrap();
+    assert_eq!(
+        server
+            .store()
+            .get(&configmaps, Some("default"), "settings")
+            .unwrap()
+            .value["data"]["mode"],
+        "fast"
+    );
+    let reapplied = apply("safe").await.unwrap();
     assert!(reapplied.contains("configmap/settings configured"), "{reapplied}");
     assert_eq!(
         server
