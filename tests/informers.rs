@@ -77,6 +77,11 @@ struct Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_and_every_handler_converge_on_the_server_state_through_faults() {
     let (server, factory) = start(SimConfig::default().compaction_window(300)).await;
+    let hooked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = Arc::clone(&hooked);
+    let factory = factory.on_watch_error(move |_, _| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    });
     let namespaces = ResourceId::new("", "v1", "namespaces");
     let configmaps = ResourceId::new("", "v1", "configmaps");
     for namespace in ["a", "b", "c"] {
@@ -183,6 +188,13 @@ async fn the_cache_and_every_handler_converge_on_the_server_state_through_faults
     })
     .await;
     assert!(informer.watch_errors() >= 1, "the injected 410 was seen");
+    // The counter moves before the hook runs: read the hook's count first.
+    let hook_calls = hooked.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        hook_calls >= 1 && hook_calls <= informer.watch_errors(),
+        "watch errors reached the hook: {hook_calls} of {}",
+        informer.watch_errors()
+    );
 
     // Every handler's last word on every key is the server's state.
     for (name, (seen, task)) in [("fast", fast), ("slow", slow)] {

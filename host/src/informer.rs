@@ -14,7 +14,7 @@ use kube::api::GroupVersionKind;
 use crate::indexer::{IndexError, Indexer, indexer};
 use crate::object::Transform;
 use crate::processor::{Handler, HandlerOptions, SharedProcessor};
-use crate::reflector::{Reflector, ReflectorConfig, ReflectorStatus};
+use crate::reflector::{Reflector, ReflectorConfig, ReflectorStatus, WatchErrorHook};
 
 /// Why an informer could not start.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +141,7 @@ impl SharedIndexInformer {
 pub struct SharedInformerFactory {
     client: kube::Client,
     transform: Transform,
+    watch_error_hook: Option<WatchErrorHook>,
     informers: Mutex<HashMap<InformerKey, Weak<Running>>>,
 }
 
@@ -159,6 +160,7 @@ impl SharedInformerFactory {
         Self {
             client,
             transform: Transform::default(),
+            watch_error_hook: None,
             informers: Mutex::new(HashMap::new()),
         }
     }
@@ -167,6 +169,18 @@ impl SharedInformerFactory {
     #[must_use]
     pub fn transform(mut self, transform: Transform) -> Self {
         self.transform = transform;
+        self
+    }
+
+    /// Calls `hook` with the resource's kind and the error whenever a watch of an
+    /// informer started from now on fails (each failure is also logged and counted,
+    /// and the watch backs off and resumes by itself).
+    #[must_use]
+    pub fn on_watch_error(
+        mut self,
+        hook: impl Fn(&str, &kube::runtime::watcher::Error) + Send + Sync + 'static,
+    ) -> Self {
+        self.watch_error_hook = Some(WatchErrorHook(Arc::new(hook)));
         self
     }
 
@@ -201,6 +215,7 @@ impl SharedInformerFactory {
             label_selector: key.label_selector.clone(),
             field_selector: key.field_selector.clone(),
             transform: self.transform.clone(),
+            watch_error_hook: self.watch_error_hook.clone(),
             ..ReflectorConfig::default()
         };
         let reflector = Reflector::new(self.client.clone(), resource, config, writer);

@@ -39,6 +39,21 @@ pub struct ReflectorConfig {
     /// List with a streaming watch (`sendInitialEvents`) instead of paged lists;
     /// needs a server with the WatchList feature.
     pub streaming_lists: bool,
+    /// Called with every watch error, after it is logged and counted.
+    pub watch_error_hook: Option<WatchErrorHook>,
+}
+
+/// The signature of a watch error callback: the resource's kind and the error.
+pub type WatchErrorFn = dyn Fn(&str, &watcher::Error) + Send + Sync;
+
+/// A callback for watch errors.
+#[derive(Clone)]
+pub struct WatchErrorHook(pub Arc<WatchErrorFn>);
+
+impl std::fmt::Debug for WatchErrorHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WatchErrorHook")
+    }
 }
 
 /// Shared progress of a Reflector: whether its first list completed, and the
@@ -295,6 +310,9 @@ impl Reflector {
                 Err(error) => {
                     self.status.watch_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(resource, %error, "watch failed; backing off");
+                    if let Some(hook) = &self.config.watch_error_hook {
+                        (hook.0)(&resource, &error);
+                    }
                     continue;
                 }
             };
