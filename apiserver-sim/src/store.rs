@@ -1141,3 +1141,105 @@ pub fn now_rfc3339() -> String {
         rem % 60
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::built_in;
+
+    fn store() -> (Store, ResourceId) {
+        let store = Store::new(built_in(), 1000);
+        store
+            .create(
+                &ResourceId::new("", "v1", "namespaces"),
+                None,
+                json!({"metadata": {"name": "a"}}),
+            )
+            .unwrap();
+        (store, ResourceId::new("", "v1", "configmaps"))
+    }
+
+    #[test]
+    fn json_patches_apply_and_a_failing_test_operation_is_invalid() {
+        let (store, configmaps) = store();
+        store
+            .create(
+                &configmaps,
+                Some("a"),
+                json!({"metadata": {"name": "cm"}, "data": {"k": "v"}}),
+            )
+            .unwrap();
+        let patch =
+            json!([{"op": "replace", "path": "/data/k", "value": "w"}, {"op": "add", "path": "/data/n", "value": "1"}]);
+        let patched = store
+            .patch(&configmaps, Some("a"), "cm", PatchType::Json, patch, false)
+            .unwrap();
+        assert_eq!(patched.value["data"], json!({"k": "w", "n": "1"}));
+        let failing = json!([{"op": "test", "path": "/data/k", "value": "nope"}]);
+        let error = store
+            .patch(&configmaps, Some("a"), "cm", PatchType::Json, failing, false)
+            .unwrap_err();
+        assert_eq!(error.code, 422);
+    }
+
+    #[test]
+    fn deletecollection_deletes_what_the_selector_selects() {
+        let (store, configmaps) = store();
+        for (name, app) in [("x", "web"), ("y", "web"), ("z", "db")] {
+            store
+                .create(
+                    &configmaps,
+                    Some("a"),
+                    json!({"metadata": {"name": name, "labels": {"app": app}}}),
+                )
+                .unwrap();
+        }
+        let filter = Filter {
+            labels: Selector::parse("app=web").unwrap(),
+            ..Filter::default()
+        };
+        let deleted = store.delete_collection(&configmaps, &filter).unwrap();
+        assert_eq!(deleted.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["x", "y"]);
+        assert_eq!(store.count(&configmaps), 1);
+    }
+
+    #[test]
+    fn an_exact_list_serves_the_state_at_that_resource_version() {
+        let (store, configmaps) = store();
+        store
+            .create(
+                &configmaps,
+                Some("a"),
+                json!({"metadata": {"name": "x"}, "data": {"v": "1"}}),
+            )
+            .unwrap();
+        let then = store.resource_version();
+        store
+            .patch(
+                &configmaps,
+                Some("a"),
+                "x",
+                PatchType::Merge,
+                json!({"data": {"v": "2"}}),
+                false,
+            )
+            .unwrap();
+        store
+            .create(&configmaps, Some("a"), json!({"metadata": {"name": "y"}}))
+            .unwrap();
+        let options = ListOptions {
+            resource_version: Some(then.to_string()),
+            resource_version_match: Some("Exact".into()),
+            ..ListOptions::default()
+        };
+        let page = store.list(&configmaps, &Filter::default(), &options).unwrap();
+        assert_eq!(page.resource_version, then);
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].value["data"]["v"], "1");
+        store.compact();
+        assert_eq!(
+            store.list(&configmaps, &Filter::default(), &options).unwrap_err().code,
+            410
+        );
+    }
+}
