@@ -113,7 +113,9 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // One line, whatever the error's sources print (wasmtime's span lines).
+            let message = format!("{error:#}");
+            eprintln!("error: {}", message.split_whitespace().collect::<Vec<_>>().join(" "));
             ExitCode::FAILURE
         }
     }
@@ -202,7 +204,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             for subscription in &registration.subscriptions {
                 let gvk = &subscription.gvk;
                 let mode = if subscription.deliver { "watch" } else { "cache" };
-                print!("  {mode} {}/{} {}", gvk.group, gvk.version, gvk.kind);
+                print!("  {mode} {} {}", api_version(gvk), gvk.kind);
                 if let Some(namespace) = &subscription.namespace {
                     print!(" in namespace {namespace}");
                 }
@@ -214,11 +216,23 @@ fn run(command: Command) -> anyhow::Result<()> {
             for index in &registration.indexes {
                 let gvk = &index.gvk;
                 println!(
-                    "  index {} on {}/{} {} by {}",
-                    index.name, gvk.group, gvk.version, gvk.kind, index.field_path
+                    "  index {} on {} {} by {}",
+                    index.name,
+                    api_version(gvk),
+                    gvk.kind,
+                    index.field_path
                 );
             }
             Ok(())
         }
+    }
+}
+
+/// `group/version`, or `version` for the core group, as in `apiVersion`.
+fn api_version(gvk: &kube::api::GroupVersionKind) -> String {
+    if gvk.group.is_empty() {
+        gvk.version.clone()
+    } else {
+        format!("{}/{}", gvk.group, gvk.version)
     }
 }
