@@ -168,6 +168,7 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginInstance>, Error> {
     for plugin in plugins {
         let name = plugin.instance.name().to_owned();
         let mut handlers = Vec::new();
+        let mut own = Vec::new();
         for subscription in &plugin.registration.subscriptions {
             let mut key = InformerKey::new(subscription.gvk.clone());
             key.namespace.clone_from(&subscription.namespace);
@@ -182,6 +183,7 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginInstance>, Error> {
             if subscription.deliver {
                 handlers.push(informer.add_handler(&name, &HandlerOptions::default()));
             }
+            own.push(informer.clone());
             informers.push(informer);
         }
         for index in &plugin.registration.indexes {
@@ -203,7 +205,7 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginInstance>, Error> {
         // calls the plugin. The rendezvous between them holds one batch at a time,
         // so a busy plugin backs up into its own handler queues only.
         let (batches, received) = std::sync::mpsc::sync_channel::<Vec<Delta>>(0);
-        pumps.push(tokio::spawn(pump(handlers, batches)));
+        pumps.push(tokio::spawn(pump(name.clone(), own, handlers, batches)));
         let worker = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
             .spawn(move || work(plugin.instance, &received))
@@ -243,11 +245,32 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginInstance>, Error> {
 }
 
 /// Moves batches from a plugin's handlers to its worker thread, waiting on
-/// whichever handler has deltas.
-async fn pump(mut handlers: Vec<Handler>, batches: std::sync::mpsc::SyncSender<Vec<Delta>>) {
+/// whichever handler has deltas. Like client-go's WaitForCacheSync, nothing is
+/// delivered before every cache the plugin registered for has synced, so its
+/// first deltas can rely on its cache queries.
+async fn pump(
+    plugin: String,
+    informers: Vec<SharedIndexInformer>,
+    mut handlers: Vec<Handler>,
+    batches: std::sync::mpsc::SyncSender<Vec<Delta>>,
+) {
     if handlers.is_empty() {
         return;
     }
+    let mut waited = Duration::ZERO;
+    while !informers.iter().all(SharedIndexInformer::has_synced) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waited += Duration::from_millis(10);
+        if waited.as_millis().is_multiple_of(10_000) {
+            let pending: Vec<&str> = informers
+                .iter()
+                .filter(|informer| !informer.has_synced())
+                .map(|informer| informer.key().gvk.kind.as_str())
+                .collect();
+            tracing::info!(plugin, ?pending, "waiting for caches to sync");
+        }
+    }
+    drop(informers);
     loop {
         let next = handlers
             .iter_mut()
