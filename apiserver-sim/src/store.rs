@@ -365,17 +365,6 @@ impl Store {
         self.lock().collections.get(id).map(|c| Arc::clone(&c.def))
     }
 
-    /// The resource whose kind is `kind` in `api_version`.
-    #[must_use]
-    pub fn def_by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceDef>> {
-        let state = self.lock();
-        state
-            .collections
-            .values()
-            .find(|c| c.def.kind == kind && c.def.api_version() == api_version)
-            .map(|c| Arc::clone(&c.def))
-    }
-
     /// Drops every logged event: any older resourceVersion now answers 410.
     pub fn compact(&self) {
         let mut state = self.lock();

@@ -204,7 +204,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             for subscription in &registration.subscriptions {
                 let gvk = &subscription.gvk;
                 let mode = if subscription.deliver { "watch" } else { "cache" };
-                print!("  {mode} {} {}", api_version(gvk), gvk.kind);
+                print!("  {mode} {} {}", gvk.api_version(), gvk.kind);
                 if let Some(namespace) = &subscription.namespace {
                     print!(" in namespace {namespace}");
                 }
@@ -218,21 +218,12 @@ fn run(command: Command) -> anyhow::Result<()> {
                 println!(
                     "  index {} on {} {} by {}",
                     index.name,
-                    api_version(gvk),
+                    gvk.api_version(),
                     gvk.kind,
                     index.field_path
                 );
             }
             Ok(())
         }
-    }
-}
-
-/// `group/version`, or `version` for the core group, as in `apiVersion`.
-fn api_version(gvk: &kube::api::GroupVersionKind) -> String {
-    if gvk.group.is_empty() {
-        gvk.version.clone()
-    } else {
-        format!("{}/{}", gvk.group, gvk.version)
     }
 }
