@@ -8,6 +8,11 @@
 //! Built-in indexes: `namespace`, `owner` (by owner uid) and `label:<key>` for every
 //! label key. More are added with [`IndexerWriter::add_index`], naming a field
 //! path, and are back-filled from what is already cached.
+//!
+//! A read handle may be narrowed to a [`Scope`] of namespaces
+//! ([`Indexer::scoped`]): every answer it gives then leaves out namespaced
+//! objects outside the scope, index values included. Plugins granted some
+//! namespaces read through such handles.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -24,6 +29,66 @@ pub const LABEL_INDEX_PREFIX: &str = "label:";
 
 /// The longest index name accepted.
 pub const MAX_INDEX_NAME_LEN: usize = 253;
+
+/// The namespaces a reader may see. Cluster-scoped objects (no namespace) are in
+/// every scope: a scope restricts namespaced objects only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope(Option<Arc<BTreeSet<String>>>);
+
+impl Scope {
+    /// Every namespace.
+    #[must_use]
+    pub fn all() -> Self {
+        Self(None)
+    }
+
+    /// Only these namespaces.
+    #[must_use]
+    pub fn only(namespaces: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self(Some(Arc::new(namespaces.into_iter().map(Into::into).collect())))
+    }
+
+    /// True when every namespace is in scope.
+    #[must_use]
+    pub fn is_all(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The namespaces in scope, `None` for all.
+    #[must_use]
+    pub fn namespaces(&self) -> Option<&BTreeSet<String>> {
+        self.0.as_deref()
+    }
+
+    /// True when `namespace` is in scope.
+    #[must_use]
+    pub fn allows(&self, namespace: &str) -> bool {
+        self.0.as_ref().is_none_or(|namespaces| namespaces.contains(namespace))
+    }
+
+    /// True when the object is in scope.
+    #[must_use]
+    pub fn contains(&self, object: &CachedObject) -> bool {
+        object.namespace().is_none_or(|namespace| self.allows(namespace))
+    }
+
+    /// True when the object with this cache key (`namespace/name`, or `name` for
+    /// cluster-scoped objects) is in scope.
+    #[must_use]
+    pub fn contains_key(&self, key: &str) -> bool {
+        key.split_once('/').is_none_or(|(namespace, _)| self.allows(namespace))
+    }
+
+    /// The narrower of the two scopes (their intersection).
+    #[must_use]
+    pub fn intersect(&self, other: &Self) -> Self {
+        match (&self.0, &other.0) {
+            (None, _) => other.clone(),
+            (_, None) => self.clone(),
+            (Some(a), Some(b)) => Self(Some(Arc::new(a.intersection(b).cloned().collect()))),
+        }
+    }
+}
 
 /// Why an index could not be added or queried.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -216,6 +281,7 @@ pub fn indexer() -> (Indexer, IndexerWriter) {
     (
         Indexer {
             inner: Arc::clone(&inner),
+            scope: Scope::all(),
         },
         IndexerWriter { inner },
     )
@@ -251,6 +317,7 @@ impl Listing {
 #[derive(Debug, Clone)]
 pub struct Indexer {
     inner: Arc<RwLock<Inner>>,
+    scope: Scope,
 }
 
 impl Indexer {
@@ -258,41 +325,75 @@ impl Indexer {
         self.inner.read().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A handle on the same cache that sees only what is in `scope` (and in this
+    /// handle's own scope).
+    #[must_use]
+    pub fn scoped(&self, scope: &Scope) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            scope: self.scope.intersect(scope),
+        }
+    }
+
+    /// The namespaces this handle sees.
+    #[must_use]
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
     /// The object with this key.
     #[must_use]
     pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        if !self.scope.contains_key(key) {
+            return None;
+        }
         self.read().objects.get(key).cloned()
     }
 
-    /// How many objects are cached.
+    /// How many objects are cached (in scope).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.read().objects.len()
+        let inner = self.read();
+        if self.scope.is_all() {
+            inner.objects.len()
+        } else {
+            inner.objects.keys().filter(|key| self.scope.contains_key(key)).count()
+        }
     }
 
-    /// True when nothing is cached.
+    /// True when nothing is cached (in scope).
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Every object, ordered by key.
+    /// Every object (in scope), ordered by key.
     #[must_use]
     pub fn list_all(&self) -> Vec<Arc<CachedObject>> {
-        self.read().objects.values().cloned().collect()
+        self.read()
+            .objects
+            .values()
+            .filter(|object| self.scope.contains(object))
+            .cloned()
+            .collect()
     }
 
     /// At most `limit` objects in `namespace` (all namespaces for `None`) that match
     /// `selector`, ordered by key.
     ///
     /// An equality or `in` requirement of the selector is answered from the label
-    /// index, and a namespace from the namespace index; only the candidates they
-    /// yield are checked against the rest of the selector.
+    /// index, and a namespace (or the handle's scope) from the namespace index; only
+    /// the candidates they yield are checked against the rest of the selector.
     #[must_use]
     pub fn list(&self, namespace: Option<&str>, selector: &Selector, limit: usize) -> Listing {
+        if namespace.is_some_and(|namespace| !self.scope.allows(namespace)) {
+            return Listing::default();
+        }
         let inner = self.read();
         let in_namespace = |object: &CachedObject| namespace.is_none_or(|ns| object.namespace() == Some(ns));
-        let keep = |object: &&Arc<CachedObject>| in_namespace(object) && selector.matches(object.labels());
+        let keep = |object: &&Arc<CachedObject>| {
+            in_namespace(object) && self.scope.contains(object) && selector.matches(object.labels())
+        };
 
         // The narrowest pinned label requirement, if any, bounds the candidates.
         let narrowest = selector
@@ -310,18 +411,29 @@ impl Indexer {
             let objects = keys.into_iter().filter_map(|key| inner.objects.get(key));
             return Listing::collect(objects.filter(keep), limit);
         }
-        if let Some(namespace) = namespace {
-            let keys = inner
-                .indexes
-                .get(NAMESPACE_INDEX)
-                .and_then(|index| index.values.get(namespace));
-            let objects = keys.into_iter().flatten().filter_map(|key| inner.objects.get(key));
+        let by_namespace = inner.indexes.get(NAMESPACE_INDEX).map(|index| &index.values);
+        let namespaces: Option<Vec<&str>> = match (namespace, self.scope.namespaces()) {
+            (Some(namespace), _) => Some(vec![namespace]),
+            // A scoped handle on namespaced objects reads its namespaces only.
+            (None, Some(scope)) if by_namespace.is_some_and(|values| !values.is_empty()) => {
+                Some(scope.iter().map(String::as_str).collect())
+            }
+            (None, _) => None,
+        };
+        if let Some(namespaces) = namespaces {
+            let keys: BTreeSet<&Arc<str>> = namespaces
+                .into_iter()
+                .filter_map(|namespace| by_namespace?.get(namespace))
+                .flatten()
+                .collect();
+            let objects = keys.into_iter().filter_map(|key| inner.objects.get(key));
             return Listing::collect(objects.filter(keep), limit);
         }
         Listing::collect(inner.objects.values().filter(keep), limit)
     }
 
-    /// At most `limit` objects whose index `index` holds `value`, ordered by key.
+    /// At most `limit` objects (in scope) whose index `index` holds `value`,
+    /// ordered by key.
     ///
     /// # Errors
     ///
@@ -329,11 +441,15 @@ impl Indexer {
     pub fn by_index(&self, index: &str, value: &str, limit: usize) -> Result<Listing, IndexError> {
         let inner = self.read();
         let keys = inner.index_keys(index, value)?;
-        let objects = keys.into_iter().flatten().filter_map(|key| inner.objects.get(key));
+        let objects = keys
+            .into_iter()
+            .flatten()
+            .filter(|key| self.scope.contains_key(key))
+            .filter_map(|key| inner.objects.get(key));
         Ok(Listing::collect(objects, limit))
     }
 
-    /// The values index `index` holds, sorted, at most `limit`.
+    /// The values index `index` holds for objects in scope, sorted, at most `limit`.
     ///
     /// # Errors
     ///
@@ -341,18 +457,22 @@ impl Indexer {
     pub fn index_values(&self, index: &str, limit: usize) -> Result<Vec<String>, IndexError> {
         let inner = self.read();
         let values = if let Some(label) = index.strip_prefix(LABEL_INDEX_PREFIX) {
-            inner
-                .labels
-                .get(label)
-                .map(|values| values.keys().take(limit).cloned().collect())
+            inner.labels.get(label)
         } else {
             let index = inner
                 .indexes
                 .get(index)
                 .ok_or_else(|| IndexError::Unknown(index.to_owned()))?;
-            Some(index.values.keys().take(limit).cloned().collect())
+            Some(&index.values)
         };
-        Ok(values.unwrap_or_default())
+        let visible = |keys: &Keys| self.scope.is_all() || keys.iter().any(|key| self.scope.contains_key(key));
+        Ok(values
+            .into_iter()
+            .flatten()
+            .filter(|(_, keys)| visible(keys))
+            .take(limit)
+            .map(|(value, _)| value.clone())
+            .collect())
     }
 
     /// Adds an index, as [`IndexerWriter::add_index`] does: indexes may be declared
@@ -390,6 +510,7 @@ impl IndexerWriter {
     pub fn reader(&self) -> Indexer {
         Indexer {
             inner: Arc::clone(&self.inner),
+            scope: Scope::all(),
         }
     }
 
@@ -506,6 +627,48 @@ mod tests {
         assert!(writer.delete("b/db-0").is_some());
         assert_eq!(reader.index_values("namespace", 10).unwrap(), ["a"]);
         assert!(writer.delete("b/db-0").is_none());
+    }
+
+    #[test]
+    fn a_scoped_reader_sees_nothing_outside_its_namespaces() {
+        let (reader, writer) = indexer();
+        writer.add_index("node", "spec.nodeName").unwrap();
+        writer.apply(pod("a", "web-0", json!({"app": "web", "team": "x"}), "n1"));
+        writer.apply(pod("b", "web-1", json!({"app": "web", "team": "y"}), "n2"));
+        writer.apply(pod("c", "db-0", json!({"app": "db"}), "n2"));
+        let a = reader.scoped(&Scope::only(["a"]));
+        let all = Selector::default();
+
+        assert!(a.get("a/web-0").is_some());
+        assert!(a.get("b/web-1").is_none());
+        assert_eq!((a.len(), a.list_all().len()), (1, 1));
+        assert_eq!(keys(&a.list(None, &all, 10)), ["a/web-0"]);
+        assert_eq!(
+            keys(&a.list(None, &Selector::parse("app=web").unwrap(), 10)),
+            ["a/web-0"]
+        );
+        assert_eq!(
+            keys(&a.list(None, &Selector::parse("app!=db").unwrap(), 10)),
+            ["a/web-0"]
+        );
+        assert!(a.list(Some("b"), &all, 10).objects.is_empty());
+        assert!(a.by_index("node", "n2", 10).unwrap().objects.is_empty());
+        assert!(a.by_index("namespace", "b", 10).unwrap().objects.is_empty());
+        assert_eq!(a.index_values("namespace", 10).unwrap(), ["a"]);
+        assert_eq!(a.index_values("node", 10).unwrap(), ["n1"]);
+        assert_eq!(a.index_values("label:team", 10).unwrap(), ["x"]);
+        // Narrowing again can only take away.
+        let none = a.scoped(&Scope::only(["b"]));
+        assert!(none.list(None, &all, 10).objects.is_empty());
+        assert_eq!(reader.scoped(&Scope::only(["a", "c"])).len(), 2);
+
+        // Cluster-scoped objects are in every scope.
+        let (nodes, node_writer) = indexer();
+        let node = CachedObject::from_value(&json!({"metadata": {"name": "n1"}})).unwrap();
+        node_writer.apply(Arc::new(node));
+        let scoped_nodes = nodes.scoped(&Scope::only(["a"]));
+        assert_eq!(keys(&scoped_nodes.list(None, &all, 10)), ["n1"]);
+        assert!(scoped_nodes.get("n1").is_some());
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! as `Replaced` deltas, plus `Deleted` tombstones for objects it was told about
 //! that are gone. Memory stays bounded and no final state is lost; overflows are
 //! counted and logged. A handler may also ask for a periodic resync, which queues
-//! a `Sync` delta for every cached object.
+//! a `Sync` delta for every cached object, and may be narrowed to a [`Scope`] of
+//! namespaces: it is then told of nothing outside them, snapshots included.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,7 +20,7 @@ use kube::api::GroupVersionKind;
 use tokio::sync::Notify;
 
 use crate::delta::{Delta, DeltaType};
-use crate::indexer::Indexer;
+use crate::indexer::{Indexer, Scope};
 use crate::object::CachedObject;
 
 /// Settings of one handler.
@@ -29,6 +30,8 @@ pub struct HandlerOptions {
     pub queue_capacity: usize,
     /// Queue a `Sync` delta for every cached object at this period.
     pub resync: Option<Duration>,
+    /// The namespaces whose objects the handler is told about.
+    pub scope: Scope,
 }
 
 impl Default for HandlerOptions {
@@ -36,6 +39,7 @@ impl Default for HandlerOptions {
         Self {
             queue_capacity: 4096,
             resync: None,
+            scope: Scope::all(),
         }
     }
 }
@@ -45,6 +49,13 @@ impl HandlerOptions {
     #[must_use]
     pub fn queue_capacity(mut self, capacity: usize) -> Self {
         self.queue_capacity = capacity.max(1);
+        self
+    }
+
+    /// Sets [`HandlerOptions::scope`].
+    #[must_use]
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
         self
     }
 
@@ -80,6 +91,7 @@ struct QueueState {
 struct HandlerQueue {
     name: String,
     capacity: usize,
+    scope: Scope,
     state: Mutex<QueueState>,
     ready: Notify,
     overflows: AtomicU64,
@@ -93,6 +105,9 @@ impl HandlerQueue {
     }
 
     fn push(&self, delta: Delta) {
+        if !self.scope.contains(&delta.object) {
+            return;
+        }
         let mut state = self.lock();
         if state.closed {
             return;
@@ -179,6 +194,7 @@ impl SharedProcessor {
         let queue = Arc::new(HandlerQueue {
             name: name.to_owned(),
             capacity: options.queue_capacity.max(1),
+            scope: options.scope.clone(),
             state: Mutex::new(QueueState {
                 deltas: VecDeque::new(),
                 snapshot: Snapshot::Initial,
@@ -192,7 +208,11 @@ impl SharedProcessor {
         });
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let resync = options.resync.map(|period| {
-            let (queue, cache, gvk) = (Arc::clone(&queue), self.cache.clone(), Arc::clone(&self.gvk));
+            let (queue, cache, gvk) = (
+                Arc::clone(&queue),
+                self.cache.scoped(&options.scope),
+                Arc::clone(&self.gvk),
+            );
             tokio::spawn(async move {
                 let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
                 loop {
@@ -299,7 +319,7 @@ impl Handler {
     /// The deltas that bring this handler to the cache's current state.
     fn snapshot(&self, kind: Snapshot) -> Vec<Delta> {
         let gvk = &self.processor.gvk;
-        let objects = self.processor.cache.list_all();
+        let objects = self.processor.cache.scoped(&self.queue.scope).list_all();
         let mut deltas: Vec<Delta> = Vec::with_capacity(objects.len());
         if kind == Snapshot::CatchUp {
             let present: std::collections::HashSet<&str> = objects.iter().map(|o| o.key()).collect();
@@ -436,6 +456,31 @@ mod tests {
         let batch = handler.try_next_batch(10).unwrap();
         assert_eq!(summary(&batch), [(DeltaType::Updated, "a/x".into(), "3".into())]);
         assert!(handler.try_next_batch(10).is_none());
+    }
+
+    #[test]
+    fn a_scoped_handler_is_told_nothing_outside_its_namespaces() {
+        let (processor, writer, gvk) = setup();
+        let in_namespace = |namespace: &str, name: &str, rv: u32| {
+            Arc::new(
+                CachedObject::from_value(&json!({"metadata": {
+                    "name": name, "namespace": namespace, "resourceVersion": rv.to_string()}}))
+                .unwrap(),
+            )
+        };
+        change(&processor, &writer, &gvk, in_namespace("a", "x", 1));
+        change(&processor, &writer, &gvk, in_namespace("b", "x", 2));
+        let mut scoped = processor.add_handler("a-only", &HandlerOptions::default().scope(Scope::only(["a"])));
+        let mut everything = processor.add_handler("all", &HandlerOptions::default());
+        let batch = scoped.try_next_batch(10).unwrap();
+        assert_eq!(summary(&batch), [(DeltaType::Added, "a/x".into(), "1".into())]);
+        assert_eq!(everything.try_next_batch(10).unwrap().len(), 2);
+        change(&processor, &writer, &gvk, in_namespace("b", "y", 3));
+        change(&processor, &writer, &gvk, in_namespace("a", "x", 4));
+        let batch = scoped.try_next_batch(10).unwrap();
+        assert_eq!(summary(&batch), [(DeltaType::Updated, "a/x".into(), "4".into())]);
+        assert!(scoped.try_next_batch(10).is_none());
+        assert_eq!(everything.try_next_batch(10).unwrap().len(), 2);
     }
 
     #[test]
