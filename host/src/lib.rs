@@ -12,6 +12,7 @@ pub mod delta;
 pub mod demo;
 pub mod indexer;
 pub mod informer;
+pub mod manifest;
 pub mod object;
 pub mod plugin;
 pub mod processor;
