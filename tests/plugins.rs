@@ -8,6 +8,7 @@ use kinformer::delta::{Delta, DeltaType};
 use kinformer::indexer::indexer;
 use kinformer::object::CachedObject;
 use kinformer::plugin::{Error, PluginOptions};
+use kinformer::runtime::PluginState;
 use kinformer_tests::{engine, example, messages, object};
 use kube::api::GroupVersionKind;
 use serde_json::json;
@@ -195,25 +196,38 @@ async fn the_demo_runs_the_example_plugins_against_the_emulated_cluster() {
     kinformer::demo::write_plugins(&plugins, plugin_artifacts::ALL).unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     let config = kinformer::demo::DemoConfig::new(&plugins, &kubeconfig).duration(std::time::Duration::from_secs(4));
-    let instances = kinformer::demo::run(&config).await.unwrap();
+    let plugins = kinformer::demo::run(&config).await.unwrap();
     assert!(
         std::fs::read_to_string(&kubeconfig)
             .unwrap()
             .contains("server: http://127.0.0.1:")
     );
-    let logs = |name: &str| {
-        let instance = instances.iter().find(|i| i.name() == name).expect("plugin loaded");
-        messages(instance)
+    let logs = |name: &str| -> Vec<String> {
+        let status = plugins
+            .iter()
+            .find(|status| status.name == name)
+            .expect("plugin loaded");
+        assert_eq!(status.state, PluginState::Stopped, "{status:#?}");
+        assert_eq!((status.traps, status.errors), (0, 0), "{status:#?}");
+        status.recent_logs.iter().map(|line| line.message.clone()).collect()
     };
 
-    // The workload starts with 2 namespaces of 2 deployments of 3 pods: the
-    // logger gets each pod once as the initial list, then live changes.
+    // The workload runs 2 namespaces of 2 deployments of about 3 pods (it
+    // scales them): the logger first gets each pod once as its initial list,
+    // then live changes.
     let pod_deltas = logs("delta-logger");
     let initial: Vec<_> = pod_deltas
         .iter()
-        .filter(|line| line.ends_with("(initial list)"))
+        .take_while(|line| line.ends_with("(initial list)"))
         .collect();
-    assert_eq!(initial.len(), 12, "{pod_deltas:#?}");
+    let keys: std::collections::BTreeSet<_> = initial.iter().map(|line| line.split(' ').nth(2)).collect();
+    assert!(initial.len() >= 10 && keys.len() == initial.len(), "{pod_deltas:#?}");
+    assert!(
+        pod_deltas[initial.len()..]
+            .iter()
+            .all(|line| !line.ends_with("(initial list)")),
+        "{pod_deltas:#?}"
+    );
     assert!(
         initial.iter().all(|line| line.starts_with("Added Pod ns-")),
         "{initial:#?}"

@@ -17,6 +17,7 @@ pub mod object;
 pub mod plugin;
 pub mod processor;
 pub mod reflector;
+pub mod runtime;
 
 /// The embedded Kubernetes API server emulation.
 pub use apiserver_sim as sim;

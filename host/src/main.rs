@@ -8,7 +8,9 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use kinformer::caches::Caches;
 use kinformer::demo::{self, DemoConfig};
+use kinformer::manifest::Manifest;
 use kinformer::plugin::{PluginEngine, PluginOptions};
+use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
 use kinformer::sim::workload::Workload;
 use kinformer::sim::{ApiServer, SimConfig};
 
@@ -26,6 +28,25 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the plugins of a directory against a Kubernetes cluster.
+    ///
+    /// Each NAME.wasm runs with the grant, limits and config of its manifest
+    /// NAME.toml, if any (without one: every resource but Secrets, in every
+    /// namespace, with default limits).
+    Run {
+        /// Directory of plugin components (*.wasm) and their manifests (*.toml).
+        #[arg(long)]
+        plugins: PathBuf,
+        /// The kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the
+        /// in-cluster service account).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Confine every plugin and informer to this namespace.
+        #[arg(long)]
+        namespace: Option<String>,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
     /// Run the plugins against an embedded Kubernetes API emulation with a
     /// synthetic workload; no cluster needed.
     ///
@@ -44,6 +65,8 @@ enum Command {
         seconds: Option<u64>,
         #[command(flatten)]
         workload: WorkloadArgs,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Run only the embedded Kubernetes API emulation, for experiments with
     /// kubectl and plugins.
@@ -66,10 +89,38 @@ enum Command {
     Check {
         /// The plugin component (*.wasm).
         plugin: PathBuf,
-        /// The config string passed to `init`.
-        #[arg(long, default_value = "")]
-        config: String,
+        /// The config string passed to `init` (default: the manifest's).
+        #[arg(long)]
+        config: Option<String>,
     },
+}
+
+/// How plugins are compiled.
+#[derive(Debug, clap::Args)]
+struct EngineArgs {
+    /// Where compiled plugins are cached (default: ~/.cache/kinformer).
+    #[arg(long, env = "KINFORMER_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile every time; keep nothing on disk.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
+}
+
+impl EngineArgs {
+    fn apply(&self, mut config: RuntimeConfig) -> RuntimeConfig {
+        let default = || {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+                .map(|dir| dir.join("kinformer"))
+        };
+        config.engine.cache_dir = if self.no_cache {
+            None
+        } else {
+            self.cache_dir.clone().or_else(default)
+        };
+        config
+    }
 }
 
 /// The synthetic workload of the emulated cluster.
@@ -127,11 +178,41 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Run {
+            plugins,
+            kubeconfig,
+            namespace,
+            engine,
+        } => runtime()?.block_on(async {
+            let config = match &kubeconfig {
+                Some(path) => {
+                    let file = kube::config::Kubeconfig::read_from(path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?
+                }
+                None => kube::Config::infer()
+                    .await
+                    .context("no cluster configured: pass --kubeconfig or set KUBECONFIG")?,
+            };
+            let client = kube::Client::try_from(config)?;
+            let mut config = engine.apply(RuntimeConfig::new(plugins));
+            if let Some(namespace) = namespace {
+                config = config.namespace(namespace);
+            }
+            let runtime = Runtime::start(client, config).await?;
+            kinformer::runtime::serve(&runtime, None).await;
+            let status = runtime.shutdown().await;
+            if !status.is_empty() && status.iter().all(|status| status.state == PluginState::Failed) {
+                anyhow::bail!("no plugin could start");
+            }
+            Ok(())
+        }),
         Command::Demo {
             plugins,
             kubeconfig,
             seconds,
             workload,
+            engine,
         } => {
             let scratch = std::env::temp_dir().join(format!("kinformer-demo-{}", std::process::id()));
             let plugins = match plugins {
@@ -146,6 +227,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             let kubeconfig = kubeconfig.unwrap_or_else(|| scratch.join("kubeconfig"));
             println!("emulated cluster kubeconfig: {}", kubeconfig.display());
             let mut config = DemoConfig::new(plugins, kubeconfig).workload(workload.workload());
+            config.runtime = engine.apply(config.runtime);
             if let Some(seconds) = seconds {
                 config = config.duration(Duration::from_secs(seconds));
             }
@@ -194,16 +276,28 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }),
         Command::Check { plugin, config } => {
+            let manifest = Manifest::for_plugin(&plugin)?;
+            let config = config.unwrap_or_else(|| manifest.config.clone());
             let engine = PluginEngine::new()?;
             let component = engine.load_file(&plugin)?;
-            let mut instance = component.instantiate(Caches::new(), PluginOptions::default())?;
+            let options = PluginOptions {
+                grant: manifest.grant.clone(),
+                ..manifest.limits.plugin_options()
+            };
+            let mut instance = component.instantiate(Caches::new(), options)?;
             let registration = instance
                 .init(&config)
                 .with_context(|| format!("{} refused to start", plugin.display()))?;
             println!("{}: {} {}", plugin.display(), registration.name, registration.version);
             for subscription in &registration.subscriptions {
                 let gvk = &subscription.gvk;
-                let mode = if subscription.deliver { "watch" } else { "cache" };
+                let mode = if !manifest.grant.allows_resource(gvk) {
+                    "REFUSED (not granted)"
+                } else if subscription.deliver {
+                    "watch"
+                } else {
+                    "cache"
+                };
                 print!("  {mode} {} {}", gvk.api_version(), gvk.kind);
                 if let Some(namespace) = &subscription.namespace {
                     print!(" in namespace {namespace}");

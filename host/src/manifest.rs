@@ -231,6 +231,7 @@ impl Limits {
                 max_bytes: self.query_bytes,
             },
             log_lines_per_second: self.log_lines_per_second,
+            ..PluginOptions::default()
         }
     }
 }

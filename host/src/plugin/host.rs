@@ -5,20 +5,24 @@
 //! plugin, never a host panic.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use kube::api::GroupVersionKind;
 use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::kinformer::plugin::{cache, log, types};
 use crate::caches::Caches;
 use crate::indexer::{IndexError, Indexer, Listing};
+use crate::manifest::Grant;
 use crate::selector::Selector;
 
 /// The longest key, namespace, index name or value a plugin may pass.
 const MAX_ARGUMENT_LEN: usize = 512;
+/// The longest label selector a plugin may pass.
+const MAX_SELECTOR_LEN: usize = 4096;
 /// The longest log line kept; longer lines are cut.
 const MAX_LOG_LINE_LEN: usize = 4096;
 /// How many recent log lines an instance keeps for status and tests.
@@ -51,14 +55,178 @@ pub struct LogLine {
     pub message: String,
 }
 
+/// Receives every log line of a plugin that passed its rate limit, with the
+/// plugin's name: for status pages, tests and log shipping.
+pub type LogSink = Arc<dyn Fn(&str, &LogLine) + Send + Sync>;
+
+/// A plugin's log: its `log` import and its stdout and stderr end here. Lines are
+/// sanitised, rate-limited, sent to `tracing` with the plugin's name, and the
+/// recent ones kept.
+#[derive(Clone)]
+pub(crate) struct PluginLog {
+    name: Arc<str>,
+    state: Arc<Mutex<LogState>>,
+    sink: Option<LogSink>,
+}
+
+struct LogState {
+    budget: TokenBucket,
+    recent: VecDeque<LogLine>,
+    dropped: u64,
+}
+
+impl PluginLog {
+    pub(crate) fn new(name: &str, lines_per_second: u32, sink: Option<LogSink>) -> Self {
+        Self {
+            name: name.into(),
+            state: Arc::new(Mutex::new(LogState {
+                budget: TokenBucket::new(lines_per_second),
+                recent: VecDeque::new(),
+                dropped: 0,
+            })),
+            sink,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, LogState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn recent(&self) -> Vec<LogLine> {
+        self.state().recent.iter().cloned().collect()
+    }
+
+    pub(crate) fn dropped(&self) -> u64 {
+        self.state().dropped
+    }
+
+    /// Logs one line, unless the rate limit drops it.
+    pub(crate) fn write(&self, level: tracing::Level, message: &str) {
+        let mut state = self.state();
+        if !state.budget.take() {
+            state.dropped += 1;
+            return;
+        }
+        let message = sanitize(message);
+        let plugin = &*self.name;
+        match level {
+            tracing::Level::TRACE => tracing::trace!(plugin, "{message}"),
+            tracing::Level::DEBUG => tracing::debug!(plugin, "{message}"),
+            tracing::Level::INFO => tracing::info!(plugin, "{message}"),
+            tracing::Level::WARN => tracing::warn!(plugin, "{message}"),
+            tracing::Level::ERROR => tracing::error!(plugin, "{message}"),
+        }
+        let line = LogLine { level, message };
+        if let Some(sink) = &self.sink {
+            sink(plugin, &line);
+        }
+        if state.recent.len() == RECENT_LOG_LINES {
+            state.recent.pop_front();
+        }
+        state.recent.push_back(line);
+    }
+
+    /// A stream for the plugin's stdout (`INFO`) or stderr (`WARN`): each line
+    /// written becomes a log line.
+    pub(crate) fn output(&self, level: tracing::Level) -> OutputLines {
+        OutputLines {
+            log: self.clone(),
+            level,
+            partial: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+}
+
+/// A WASI output stream that turns what the plugin prints into log lines.
+#[derive(Clone)]
+pub(crate) struct OutputLines {
+    log: PluginLog,
+    level: tracing::Level,
+    partial: Arc<Mutex<Vec<u8>>>,
+}
+
+impl OutputLines {
+    fn push(&self, bytes: &[u8]) {
+        let mut partial = self.partial.lock().unwrap_or_else(PoisonError::into_inner);
+        for &byte in bytes {
+            if byte == b'\n' {
+                self.log.write(self.level, &String::from_utf8_lossy(&partial));
+                partial.clear();
+            } else if partial.len() < MAX_LOG_LINE_LEN {
+                partial.push(byte);
+            }
+        }
+    }
+}
+
+impl wasmtime_wasi::cli::IsTerminal for OutputLines {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl wasmtime_wasi::cli::StdoutStream for OutputLines {
+    fn p2_stream(&self) -> Box<dyn wasmtime_wasi::p2::OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::Pollable for OutputLines {
+    async fn ready(&mut self) {}
+}
+
+impl wasmtime_wasi::p2::OutputStream for OutputLines {
+    fn write(&mut self, bytes: bytes::Bytes) -> Result<(), wasmtime_wasi::p2::StreamError> {
+        self.push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), wasmtime_wasi::p2::StreamError> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> Result<usize, wasmtime_wasi::p2::StreamError> {
+        Ok(64 * 1024)
+    }
+}
+
+impl tokio::io::AsyncWrite for OutputLines {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.push(bytes);
+        std::task::Poll::Ready(Ok(bytes.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
 /// The data of one plugin's store.
 pub(crate) struct HostState {
     name: String,
     caches: Caches,
+    grant: Grant,
     query_limits: QueryLimits,
-    log_budget: TokenBucket,
-    recent_logs: VecDeque<LogLine>,
-    dropped_logs: u64,
+    pub(crate) log: PluginLog,
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limits: StoreLimits,
@@ -68,31 +236,27 @@ impl HostState {
     pub(crate) fn new(
         name: String,
         caches: Caches,
+        grant: Grant,
         query_limits: QueryLimits,
-        log_lines_per_second: u32,
-        wasi: WasiCtx,
-        table: ResourceTable,
+        log: PluginLog,
         limits: StoreLimits,
     ) -> Self {
+        // A minimal WASI: clocks and random; no files, sockets or environment;
+        // what the plugin prints goes to its log.
+        let wasi = WasiCtxBuilder::new()
+            .stdout(log.output(tracing::Level::INFO))
+            .stderr(log.output(tracing::Level::WARN))
+            .build();
         Self {
             name,
             caches,
+            grant,
             query_limits,
-            log_budget: TokenBucket::new(log_lines_per_second),
-            recent_logs: VecDeque::new(),
-            dropped_logs: 0,
+            log,
             wasi,
-            table,
+            table: ResourceTable::new(),
             limits,
         }
-    }
-
-    pub(crate) fn recent_logs(&self) -> Vec<LogLine> {
-        self.recent_logs.iter().cloned().collect()
-    }
-
-    pub(crate) fn dropped_log_lines(&self) -> u64 {
-        self.dropped_logs
     }
 
     fn indexer(&self, gvk: &types::GroupVersionKind) -> Result<Indexer, cache::CacheError> {
@@ -100,12 +264,33 @@ impl HostState {
             check_argument("resource", part)?;
         }
         let key = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
-        self.caches.get(&key).ok_or_else(|| {
-            cache::CacheError::NotCached(format!(
-                "no cache of {}/{} {}: subscribe to it in the registration",
-                gvk.group, gvk.version, gvk.kind
-            ))
-        })
+        if !self.grant.allows_resource(&key) {
+            return Err(cache::CacheError::Denied(format!(
+                "{} {} is not granted to this plugin",
+                key.api_version(),
+                key.kind
+            )));
+        }
+        self.caches
+            .get(&key)
+            .map(|indexer| indexer.scoped(self.grant.namespaces()))
+            .ok_or_else(|| {
+                cache::CacheError::NotCached(format!(
+                    "no cache of {}/{} {}: subscribe to it in the registration",
+                    gvk.group, gvk.version, gvk.kind
+                ))
+            })
+    }
+
+    /// Refuses a namespace outside the grant.
+    fn check_namespace(&self, namespace: &str) -> Result<(), cache::CacheError> {
+        if self.grant.namespaces().allows(namespace) {
+            Ok(())
+        } else {
+            Err(cache::CacheError::Denied(format!(
+                "namespace {namespace:?} is not granted to this plugin"
+            )))
+        }
     }
 
     /// The effective object limit: the plugin's, capped by the host's.
@@ -167,6 +352,9 @@ impl cache::Host for HostState {
         if key.is_empty() {
             return Err(cache::CacheError::InvalidArgument("empty key".into()));
         }
+        if let Some((namespace, _)) = key.split_once('/') {
+            self.check_namespace(namespace)?;
+        }
         let indexer = self.indexer(&gvk)?;
         let _span = tracing::trace_span!("cache.get", plugin = %self.name, key = %key).entered();
         Ok(indexer.get(&key).map(|object| object.json().to_string()))
@@ -179,8 +367,15 @@ impl cache::Host for HostState {
     ) -> Result<cache::ObjectList, cache::CacheError> {
         if let Some(namespace) = &query.namespace {
             check_argument("namespace", namespace)?;
+            self.check_namespace(namespace)?;
         }
         let selector = match &query.label_selector {
+            Some(selector) if selector.len() > MAX_SELECTOR_LEN => {
+                return Err(cache::CacheError::InvalidArgument(format!(
+                    "label selector is {} bytes, the limit is {MAX_SELECTOR_LEN}",
+                    selector.len()
+                )));
+            }
             Some(selector) => {
                 Selector::parse(selector).map_err(|error| cache::CacheError::InvalidArgument(error.to_string()))?
             }
@@ -218,38 +413,14 @@ impl cache::Host for HostState {
 
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) {
-        if !self.log_budget.take() {
-            self.dropped_logs += 1;
-            return;
-        }
-        let message = sanitize(&message);
-        let plugin = self.name.as_str();
         let level = match level {
-            log::Level::Trace => {
-                tracing::trace!(plugin, "{message}");
-                tracing::Level::TRACE
-            }
-            log::Level::Debug => {
-                tracing::debug!(plugin, "{message}");
-                tracing::Level::DEBUG
-            }
-            log::Level::Info => {
-                tracing::info!(plugin, "{message}");
-                tracing::Level::INFO
-            }
-            log::Level::Warn => {
-                tracing::warn!(plugin, "{message}");
-                tracing::Level::WARN
-            }
-            log::Level::Error => {
-                tracing::error!(plugin, "{message}");
-                tracing::Level::ERROR
-            }
+            log::Level::Trace => tracing::Level::TRACE,
+            log::Level::Debug => tracing::Level::DEBUG,
+            log::Level::Info => tracing::Level::INFO,
+            log::Level::Warn => tracing::Level::WARN,
+            log::Level::Error => tracing::Level::ERROR,
         };
-        if self.recent_logs.len() == RECENT_LOG_LINES {
-            self.recent_logs.pop_front();
-        }
-        self.recent_logs.push_back(LogLine { level, message });
+        self.log.write(level, &message);
     }
 }
 
@@ -299,8 +470,6 @@ impl TokenBucket {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::indexer::indexer;
     use crate::object::CachedObject;
@@ -326,10 +495,9 @@ mod tests {
         HostState::new(
             "test".into(),
             caches,
+            Grant::default(),
             query_limits,
-            10,
-            wasmtime_wasi::WasiCtxBuilder::new().build(),
-            ResourceTable::new(),
+            PluginLog::new("test", 10, None),
             StoreLimits::default(),
         )
     }
@@ -396,6 +564,81 @@ mod tests {
         );
         let by_bytes = small.by_index(pods(), "namespace".into(), "a".into(), 0).unwrap();
         assert_eq!((by_bytes.objects.len(), by_bytes.truncated), (4, true));
+    }
+
+    #[test]
+    fn outside_the_grant_everything_is_denied_or_invisible() {
+        let (reader, writer) = indexer();
+        for (namespace, name) in [("a", "web-0"), ("b", "web-1")] {
+            let json =
+                format!(r#"{{"metadata":{{"name":"{name}","namespace":"{namespace}","labels":{{"app":"web"}}}}}}"#);
+            writer.apply(Arc::new(CachedObject::from_json(json).unwrap()));
+        }
+        let caches = Caches::new();
+        caches.insert(GroupVersionKind::gvk("", "v1", "Pod"), reader);
+        let grant = Grant::new(["v1/Pod"], ["a"]).unwrap();
+        let log = PluginLog::new("test", 10, None);
+        let mut state = HostState::new(
+            "test".into(),
+            caches,
+            grant,
+            QueryLimits::default(),
+            log,
+            StoreLimits::default(),
+        );
+        fn denied<T>(result: Result<T, cache::CacheError>) -> bool {
+            matches!(result, Err(cache::CacheError::Denied(_)))
+        }
+        assert!(state.get(pods(), "a/web-0".into()).unwrap().is_some());
+        assert!(denied(state.get(pods(), "b/web-1".into())));
+        let all = state.list_objects(pods(), query(Some("app=web"), 0)).unwrap();
+        assert_eq!(all.objects.len(), 1);
+        assert!(all.objects[0].contains("web-0"));
+        let mut in_b = query(None, 0);
+        in_b.namespace = Some("b".into());
+        assert!(denied(state.list_objects(pods(), in_b)));
+        assert!(
+            state
+                .by_index(pods(), "namespace".into(), "b".into(), 0)
+                .unwrap()
+                .objects
+                .is_empty()
+        );
+        assert_eq!(state.index_values(pods(), "namespace".into()).unwrap(), ["a"]);
+        let mut secrets = pods();
+        secrets.kind = "Secret".into();
+        assert!(denied(state.get(secrets, "a/token".into())));
+    }
+
+    #[test]
+    fn printed_lines_become_log_lines() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&lines);
+        let sink: LogSink = Arc::new(move |plugin, line| {
+            seen.lock().unwrap().push((plugin.to_owned(), line.clone()));
+        });
+        let log = PluginLog::new("printer", 100, Some(sink));
+        let stdout = log.output(tracing::Level::INFO);
+        stdout.push(b"hello, ");
+        stdout.push(b"world\nsecond\x1b");
+        log.output(tracing::Level::WARN).push(b"oops\n");
+        stdout.push(b"\n");
+        let info = |message: &str| LogLine {
+            level: tracing::Level::INFO,
+            message: message.into(),
+        };
+        let expected = vec![
+            info("hello, world"),
+            LogLine {
+                level: tracing::Level::WARN,
+                message: "oops".into(),
+            },
+            info("second\u{fffd}"),
+        ];
+        assert_eq!(log.recent(), expected);
+        let sunk: Vec<LogLine> = lines.lock().unwrap().iter().map(|(_, line)| line.clone()).collect();
+        assert_eq!(sunk, expected);
+        assert!(lines.lock().unwrap().iter().all(|(plugin, _)| plugin == "printer"));
     }
 
     #[test]

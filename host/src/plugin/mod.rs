@@ -28,15 +28,15 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use kube::api::GroupVersionKind;
-use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
-use wasmtime_wasi::WasiCtxBuilder;
 
 use crate::caches::Caches;
 use crate::delta::{Delta, DeltaType};
+use crate::manifest::Grant;
 
-use host::HostState;
-pub use host::{LogLine, QueryLimits};
+use host::{HostState, PluginLog};
+pub use host::{LogLine, LogSink, QueryLimits};
 
 /// The WIT world a plugin implements, with its version.
 pub const WORLD: &str = "kinformer:plugin/plugin@0.1.0";
@@ -105,7 +105,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Limits and settings of one plugin instance.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PluginOptions {
     /// The longest one call (`init` or `handle`) may run.
     pub call_timeout: Duration,
@@ -115,6 +115,10 @@ pub struct PluginOptions {
     pub query_limits: QueryLimits,
     /// Log lines per second the plugin may write before lines are dropped.
     pub log_lines_per_second: u32,
+    /// What the plugin may read from the cache.
+    pub grant: Grant,
+    /// Where the plugin's log lines go, besides `tracing`.
+    pub log_sink: Option<LogSink>,
 }
 
 impl Default for PluginOptions {
@@ -124,7 +128,22 @@ impl Default for PluginOptions {
             max_memory_bytes: 64 << 20,
             query_limits: QueryLimits::default(),
             log_lines_per_second: 200,
+            grant: Grant::default(),
+            log_sink: None,
         }
+    }
+}
+
+impl std::fmt::Debug for PluginOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginOptions")
+            .field("call_timeout", &self.call_timeout)
+            .field("max_memory_bytes", &self.max_memory_bytes)
+            .field("query_limits", &self.query_limits)
+            .field("log_lines_per_second", &self.log_lines_per_second)
+            .field("grant", &self.grant)
+            .field("log_sink", &self.log_sink.is_some())
+            .finish()
     }
 }
 
@@ -186,15 +205,59 @@ impl Drop for Ticker {
     }
 }
 
+/// How the engine compiles and allocates.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// Keep compiled artifacts in this directory, keyed by the digest of the
+    /// component and the engine's settings: a plugin compiled once loads in
+    /// milliseconds afterwards, across restarts of the host.
+    pub cache_dir: Option<PathBuf>,
+    /// Preallocate slots for this many live plugin instances (wasmtime's pooling
+    /// allocator): instantiation, and so restarts and reloads, then cost no
+    /// mmap calls. `None` allocates on demand.
+    pub pooled_instances: Option<u32>,
+}
+
 impl PluginEngine {
-    /// Creates the engine with the Component Model and epoch interruption.
+    /// Creates the engine with the Component Model and epoch interruption,
+    /// allocating on demand and without a disk cache.
     ///
     /// # Errors
     ///
     /// When wasmtime rejects the configuration or the ticker thread cannot start.
     pub fn new() -> Result<Self> {
+        Self::with_options(&EngineOptions::default())
+    }
+
+    /// Creates the engine with these options.
+    ///
+    /// # Errors
+    ///
+    /// When wasmtime rejects the configuration, the cache directory cannot be
+    /// used, or the ticker thread cannot start.
+    pub fn with_options(options: &EngineOptions) -> Result<Self> {
         let mut config = Config::new();
-        config.wasm_component_model(true).epoch_interruption(true);
+        // Plugins are wasm32-wasip2 components: the Component Model and the
+        // features Rust's wasm32 targets emit; nothing experimental.
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .wasm_memory64(false)
+            .wasm_tail_call(false);
+        if let Some(dir) = &options.cache_dir {
+            let mut cache = wasmtime::CacheConfig::new();
+            cache.with_directory(dir);
+            config.cache(Some(wasmtime::Cache::new(cache).map_err(Error::Engine)?));
+        }
+        if let Some(instances) = options.pooled_instances {
+            let mut pool = wasmtime::PoolingAllocationConfig::new();
+            pool.total_component_instances(instances)
+                .total_core_instances(instances.saturating_mul(8))
+                .total_memories(instances.saturating_mul(2))
+                .total_tables(instances.saturating_mul(4))
+                .max_memory_size((crate::manifest::MAX_MEMORY_MIB << 20) as usize);
+            config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        }
         let engine = Engine::new(&config).map_err(Error::Engine)?;
 
         let mut linker = Linker::new(&engine);
@@ -252,7 +315,13 @@ impl PluginEngine {
     ///
     /// As [`PluginEngine::load_file`].
     pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<PluginComponent> {
-        tracing::info!(plugin = name, bytes = bytes.len(), "compiling plugin");
+        let digest = digest(bytes);
+        tracing::info!(
+            plugin = name,
+            bytes = bytes.len(),
+            digest = &digest[..12],
+            "compiling plugin"
+        );
         let started = std::time::Instant::now();
         let component = Component::new(&self.engine, bytes).map_err(|source| Error::Compile {
             path: PathBuf::from(name),
@@ -273,16 +342,31 @@ impl PluginEngine {
         })?;
         Ok(PluginComponent {
             name: name.to_owned(),
+            digest,
             engine: self.clone(),
             pre,
         })
     }
 }
 
+/// The SHA-256 digest of a plugin file, in hex.
+#[must_use]
+pub fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    use std::fmt::Write as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
+}
+
 /// A compiled and linked plugin, ready to instantiate any number of times.
 #[derive(Clone)]
 pub struct PluginComponent {
     name: String,
+    digest: String,
     engine: PluginEngine,
     pre: bindings::PluginPre<HostState>,
 }
@@ -291,6 +375,7 @@ impl std::fmt::Debug for PluginComponent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PluginComponent")
             .field("name", &self.name)
+            .field("digest", &self.digest)
             .finish_non_exhaustive()
     }
 }
@@ -300,6 +385,12 @@ impl PluginComponent {
     #[must_use]
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The SHA-256 digest of the component's bytes, in hex.
+    #[must_use]
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
 
     /// Creates a fresh instance in its own store, reading from `caches`.
@@ -315,15 +406,13 @@ impl PluginComponent {
             .memories(4)
             .trap_on_grow_failure(true)
             .build();
-        // A minimal WASI: clocks and random only; no files, sockets or environment.
-        let wasi = WasiCtxBuilder::new().build();
+        let log = PluginLog::new(&self.name, options.log_lines_per_second, options.log_sink);
         let state = HostState::new(
             self.name.clone(),
             caches,
+            options.grant,
             options.query_limits,
-            options.log_lines_per_second,
-            wasi,
-            ResourceTable::new(),
+            log,
             limits,
         );
         let mut store = Store::new(&self.engine.engine, state);
@@ -414,13 +503,13 @@ impl PluginInstance {
     /// The plugin's most recent log lines, oldest first.
     #[must_use]
     pub fn recent_logs(&self) -> Vec<LogLine> {
-        self.store.data().recent_logs()
+        self.store.data().log.recent()
     }
 
     /// Log lines dropped by the rate limit so far.
     #[must_use]
     pub fn dropped_log_lines(&self) -> u64 {
-        self.store.data().dropped_log_lines()
+        self.store.data().log.dropped()
     }
 
     /// Calls `init` with the config string and returns the registration.
