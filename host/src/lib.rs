@@ -24,3 +24,21 @@ pub use apiserver_sim as sim;
 
 /// Kubernetes label selectors.
 pub use kinformer_selector as selector;
+
+/// An error and its sources on one line: each source that its parent's message
+/// does not already include, joined by `: `, with whitespace (wasmtime's
+/// multi-line backtraces) collapsed.
+#[must_use]
+pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}

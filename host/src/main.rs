@@ -164,9 +164,7 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            // One line, whatever the error's sources print (wasmtime's span lines).
-            let message = format!("{error:#}");
-            eprintln!("error: {}", message.split_whitespace().collect::<Vec<_>>().join(" "));
+            eprintln!("error: {}", kinformer::one_line(error.as_ref()));
             ExitCode::FAILURE
         }
     }

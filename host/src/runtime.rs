@@ -29,6 +29,7 @@ use crate::delta::Delta;
 use crate::indexer::Scope;
 use crate::informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
 use crate::manifest::{FailurePolicy, MAX_RESTART_BACKOFF, Manifest, OnError};
+use crate::one_line;
 use crate::plugin::{
     EngineOptions, LogLine, LogSink, PluginComponent, PluginEngine, PluginInstance, PluginOptions, Registration,
 };
@@ -338,10 +339,10 @@ impl Runtime {
         let worker = match worker {
             Ok(worker) => Some(worker),
             Err(error) => {
-                tracing::error!(plugin = %name, error = %flatten(&error), "plugin not started");
+                tracing::error!(plugin = %name, error = %one_line(&error), "plugin not started");
                 update(&status, |status| {
                     status.state = PluginState::Failed;
-                    status.last_error = Some(flatten(&error));
+                    status.last_error = Some(one_line(&error));
                 });
                 None
             }
@@ -534,25 +535,6 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-/// An error and its sources on one line.
-fn flatten(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause = cause.to_string();
-        if !message.contains(&cause) {
-            message.push_str(": ");
-            message.push_str(&cause);
-        }
-        source = cause_of(source);
-    }
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn cause_of<'a>(error: Option<&'a (dyn std::error::Error + 'static)>) -> Option<&'a (dyn std::error::Error + 'static)> {
-    error.and_then(std::error::Error::source)
-}
-
 /// The `.wasm` files of `dir`, sorted; hidden files are skipped.
 ///
 /// # Errors
@@ -656,7 +638,7 @@ impl Worker {
                     instance = Some(fresh);
                 }
                 Err(error) => {
-                    let error = flatten(&error);
+                    let error = one_line(&error);
                     tracing::warn!(plugin = %self.name, %error, "restart failed");
                     update(&self.status, |status| status.last_error = Some(error));
                 }
@@ -790,7 +772,7 @@ impl Worker {
                     }
                 }
                 Err(error) => {
-                    let error = flatten(&error);
+                    let error = one_line(&error);
                     tracing::warn!(plugin = %self.name, %error, "plugin failed; its instance is dropped");
                     update(&self.status, |status| {
                         status.traps += 1;
