@@ -2,175 +2,22 @@
 //! `test-plugins/`, the emulated API server with churn, the real kube-rs client.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use kinformer::plugin::LogSink;
-use kinformer::runtime::{PluginState, PluginStatus, Runtime, RuntimeConfig};
-use kinformer::sim::store::{EventType, ResourceId};
+use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
+use kinformer::sim::store::ResourceId;
 use kinformer::sim::workload::Workload;
-use kinformer::sim::{ApiServer, SimConfig};
+use kinformer_tests::runtime::{
+    Logged, Logs, assert_record_matches_server, caught_up, cluster, install, server_changes, status, until,
+};
 
-/// Every log line of every plugin, in the order each plugin wrote them.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<(String, String)>>>);
-
-impl Logs {
-    fn sink(&self) -> LogSink {
-        let lines = Arc::clone(&self.0);
-        Arc::new(move |plugin, line| {
-            lines.lock().unwrap().push((plugin.to_owned(), line.message.clone()));
-        })
-    }
-
-    fn of(&self, plugin: &str) -> Vec<String> {
-        let lines = self.0.lock().unwrap();
-        lines
-            .iter()
-            .filter(|(name, _)| name == plugin)
-            .map(|(_, line)| line.clone())
-            .collect()
-    }
-}
-
-/// Writes plugin `file` (a component of `plugin_artifacts`) into `dir` as
-/// `name.wasm`, with `manifest` as `name.toml` when given.
-fn install(dir: &Path, name: &str, file: &str, manifest: Option<&str>) {
-    let (_, bytes) = plugin_artifacts::ALL
-        .iter()
-        .chain(plugin_artifacts::TEST_PLUGINS)
-        .find(|(artifact, _)| *artifact == file)
-        .unwrap_or_else(|| panic!("no plugin {file}"));
-    std::fs::write(dir.join(format!("{name}.wasm")), bytes).unwrap();
-    if let Some(manifest) = manifest {
-        std::fs::write(dir.join(format!("{name}.toml")), manifest).unwrap();
-    }
-}
-
-async fn cluster(workload: &Workload) -> (ApiServer, tokio::task::JoinHandle<()>, kube::Client) {
-    let server = ApiServer::start(SimConfig::default()).await.unwrap();
-    let churn = server.start_workload(workload).unwrap();
-    let client = kube::Client::try_from(server.client_config()).unwrap();
-    (server, churn, client)
-}
-
-async fn until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn status<'a>(statuses: &'a [PluginStatus], name: &str) -> &'a PluginStatus {
-    statuses
-        .iter()
-        .find(|status| status.name == name)
-        .unwrap_or_else(|| panic!("no plugin {name}"))
-}
-
-/// One delta as delta-logger logs it: `Added Pod ns/name rv=12 (initial list)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Logged {
-    delta: String,
-    key: String,
-    rv: u64,
-    initial: bool,
-}
-
-fn parse_logged(line: &str) -> Option<Logged> {
-    let mut words = line.split(' ');
-    let delta = words.next()?.to_owned();
-    let _kind = words.next()?;
-    let key = words.next()?.to_owned();
-    let rv = words.next()?.strip_prefix("rv=")?.parse().ok()?;
-    Some(Logged {
-        delta,
-        key,
-        rv,
-        initial: line.ends_with("(initial list)"),
-    })
-}
-
-/// The server's changes of a resource, per object: (delta type, resourceVersion).
-fn server_changes(server: &ApiServer, resource: &ResourceId) -> BTreeMap<String, Vec<(String, u64)>> {
-    let (events, _) = server.store().events_after(resource, 0, usize::MAX).unwrap();
-    let mut changes: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
-    for event in events {
-        let delta = match event.event_type {
-            EventType::Added => "Added",
-            EventType::Modified => "Updated",
-            EventType::Deleted => "Deleted",
-        };
-        changes
-            .entry(event.object.key.clone())
-            .or_default()
-            .push((delta.to_owned(), event.resource_version));
-    }
-    changes
-}
-
-/// Asserts that a plugin's record of deltas is what the server did: per object,
-/// the initial state (if any) then every later change, in order, none missing
-/// and none twice; and no change after the record's live start is absent.
-fn assert_record_matches_server(record: &[Logged], server: &BTreeMap<String, Vec<(String, u64)>>) {
-    let mut per_key: BTreeMap<&str, Vec<&Logged>> = BTreeMap::new();
-    for logged in record {
-        per_key.entry(&logged.key).or_default().push(logged);
-    }
-    for (key, seen) in &per_key {
-        let changes = server
-            .get(*key)
-            .unwrap_or_else(|| panic!("{key}: never changed on the server"));
-        let first = seen[0];
-        let start = changes
-            .iter()
-            .position(|(_, rv)| *rv == first.rv)
-            .unwrap_or_else(|| panic!("{key}: rv {} is no change of the server: {changes:?}", first.rv));
-        let (expected, live): (&[(String, u64)], &[&Logged]) = if first.initial {
-            assert_eq!(first.delta, "Added", "{key}: {first:?}");
-            (&changes[start + 1..], &seen[1..])
-        } else {
-            (&changes[start..], &seen[..])
-        };
-        assert!(live.iter().all(|logged| !logged.initial), "{key}: {seen:?}");
-        let live: Vec<(String, u64)> = live.iter().map(|l| (l.delta.clone(), l.rv)).collect();
-        assert_eq!(live, expected, "{key}: the plugin's changes differ from the server's");
-    }
-    let first_live = record
-        .iter()
-        .filter(|l| !l.initial)
-        .map(|l| l.rv)
-        .min()
-        .unwrap_or(u64::MAX);
-    for (key, changes) in server {
-        if changes.iter().any(|(_, rv)| *rv >= first_live) {
-            assert!(
-                per_key.contains_key(key.as_str()),
-                "{key}: changed after rv {first_live} but never delivered"
-            );
-        }
-    }
-}
-
+/// A plugin's deltas as delta-logger logs them.
 fn record(logs: &Logs, plugin: &str) -> Vec<Logged> {
-    logs.of(plugin).iter().filter_map(|line| parse_logged(line)).collect()
-}
-
-/// Waits until `plugin` logged the server's latest change of `resource`.
-async fn caught_up(server: &ApiServer, logs: &Logs, plugin: &str, resource: &ResourceId) {
-    let last = server_changes(server, resource)
-        .values()
-        .flatten()
-        .map(|(_, rv)| *rv)
-        .max()
-        .unwrap();
-    until(&format!("{plugin} to reach rv {last}"), Duration::from_secs(20), || {
-        record(logs, plugin).iter().any(|logged| logged.rv == last)
-    })
-    .await;
+    logs.of(plugin)
+        .iter()
+        .filter_map(|line| Logged::parse_delta_logger(line))
+        .collect()
 }
 
 const RECORDER: &str = "[limits]\nlog-lines-per-second = 1000000\n";
@@ -198,8 +45,8 @@ async fn every_plugin_records_exactly_what_the_server_did() {
     churn.abort();
     let pods = ResourceId::new("", "v1", "pods");
     let hpas = ResourceId::new("autoscaling", "v2", "horizontalpodautoscalers");
-    caught_up(&server, &logs, "pods", &pods).await;
-    caught_up(&server, &logs, "hpas", &hpas).await;
+    caught_up(&server, &pods, || record(&logs, "pods")).await;
+    caught_up(&server, &hpas, || record(&logs, "hpas")).await;
     let statuses = runtime.shutdown().await;
 
     let pod_record = record(&logs, "pods");
@@ -298,7 +145,7 @@ async fn hostile_plugins_are_contained_and_a_neighbour_misses_nothing() {
     .await;
     churn.abort();
     let pods = ResourceId::new("", "v1", "pods");
-    caught_up(&server, &logs, "pods", &pods).await;
+    caught_up(&server, &pods, || record(&logs, "pods")).await;
     let statuses = runtime.shutdown().await;
 
     // The neighbour got every change, in order, none twice.
@@ -370,7 +217,9 @@ async fn hostile_plugins_are_contained_and_a_neighbour_misses_nothing() {
     ] {
         let status = status(&statuses, name);
         assert_eq!(status.state, PluginState::Failed, "{status:#?}");
-        let error = status.last_error.as_deref().unwrap_or_default();
+        assert_eq!(status.running_digest, None);
+        assert_eq!(status.rejected_digest, status.desired_digest);
+        let error = status.load_error.as_deref().unwrap_or_default();
         assert!(error.contains(cause), "{name}: {error}");
     }
 }

@@ -361,6 +361,23 @@ impl Handler {
         true
     }
 
+    /// The state this handler has handed out so far, as `Added` deltas flagged
+    /// initial-list, ordered by key: exactly what a consumer that handled every
+    /// batch knows. A new consumer taking over the handler (a reloaded plugin)
+    /// starts from it, then continues with the handler's next batch, so every
+    /// change reaches exactly one of the two.
+    #[must_use]
+    pub fn replay(&self) -> Vec<Delta> {
+        let mut known: Vec<(&String, &Arc<CachedObject>)> = self.delivered.iter().collect();
+        known.sort_by(|a, b| a.0.cmp(b.0));
+        known
+            .into_iter()
+            .map(|(_, object)| {
+                Delta::new(DeltaType::Added, Arc::clone(&self.processor.gvk), Arc::clone(object)).in_initial_list()
+            })
+            .collect()
+    }
+
     /// True once the handler has received its initial list.
     #[must_use]
     pub fn has_synced(&self) -> bool {
@@ -481,6 +498,35 @@ mod tests {
         assert_eq!(summary(&batch), [(DeltaType::Updated, "a/x".into(), "4".into())]);
         assert!(scoped.try_next_batch(10).is_none());
         assert_eq!(everything.try_next_batch(10).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_replay_is_what_was_handed_out_not_what_is_queued() {
+        let (processor, writer, gvk) = setup();
+        change(&processor, &writer, &gvk, object("x", 1));
+        change(&processor, &writer, &gvk, object("y", 2));
+        let mut handler = processor.add_handler("h", &HandlerOptions::default());
+        assert_eq!(handler.try_next_batch(10).unwrap().len(), 2);
+        change(&processor, &writer, &gvk, object("x", 3));
+        change(&processor, &writer, &gvk, object("y", 4));
+        assert_eq!(
+            summary(&handler.try_next_batch(1).unwrap()),
+            [(DeltaType::Updated, "a/x".into(), "3".into())]
+        );
+        // y@4 is queued, not handed out: the replay holds y@2, and y@4 follows.
+        let replay = handler.replay();
+        assert_eq!(
+            summary(&replay),
+            [
+                (DeltaType::Added, "a/x".into(), "3".into()),
+                (DeltaType::Added, "a/y".into(), "2".into())
+            ]
+        );
+        assert!(replay.iter().all(|delta| delta.initial_list));
+        assert_eq!(
+            summary(&handler.try_next_batch(10).unwrap()),
+            [(DeltaType::Updated, "a/y".into(), "4".into())]
+        );
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 use std::sync::{Arc, OnceLock};
 
+pub mod runtime;
+
 use kinformer::object::CachedObject;
 use kinformer::plugin::{PluginComponent, PluginEngine, PluginInstance};
 

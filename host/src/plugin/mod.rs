@@ -181,6 +181,7 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 pub struct PluginEngine {
     engine: Engine,
     linker: Arc<Linker<HostState>>,
+    live_instances: Arc<std::sync::atomic::AtomicUsize>,
     _ticker: Arc<Ticker>,
 }
 
@@ -281,11 +282,18 @@ impl PluginEngine {
         Ok(Self {
             engine,
             linker: Arc::new(linker),
+            live_instances: Arc::default(),
             _ticker: Arc::new(Ticker {
                 stop,
                 thread: Some(thread),
             }),
         })
+    }
+
+    /// How many plugin instances (each with its own store) are alive.
+    #[must_use]
+    pub fn live_instances(&self) -> usize {
+        self.live_instances.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Compiles the component in `path`; the plugin is named after the file stem.
@@ -426,6 +434,7 @@ impl PluginComponent {
         })?;
         Ok(PluginInstance {
             name: self.name.clone(),
+            _live: LiveInstance::new(&self.engine.live_instances),
             store,
             plugin,
             deadline_ticks,
@@ -475,9 +484,26 @@ pub struct IndexSpec {
     pub field_path: String,
 }
 
+/// Counts an instance as alive until it is dropped.
+struct LiveInstance(Arc<std::sync::atomic::AtomicUsize>);
+
+impl LiveInstance {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(Arc::clone(count))
+    }
+}
+
+impl Drop for LiveInstance {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// A running plugin: one instance in its own store.
 pub struct PluginInstance {
     name: String,
+    _live: LiveInstance,
     store: Store<HostState>,
     plugin: bindings::Plugin,
     deadline_ticks: u64,

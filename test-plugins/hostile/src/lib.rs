@@ -15,6 +15,9 @@
 //!   list in that namespace, by index, index values), logging what it saw, and
 //!   logs each delta's key.
 //! - `print`: writes each delta's key to stdout and a line to stderr.
+//! - `record=LABEL`: behaves, logging `LABEL TYPE KEY RV` for every delta
+//!   (`initial` appended for initial-list deltas), so tests can tell which
+//!   version handled what.
 
 use kinformer_sdk::cache::{self, CacheError};
 use kinformer_sdk::{Delta, Error, Gvk, Handler, Registration, Result, info};
@@ -61,6 +64,16 @@ impl Handler for Hostile {
             spy if spy.starts_with("spy=") => {
                 info!("delta {}", delta.key());
                 self.spy(&spy["spy=".len()..]);
+            }
+            record if record.starts_with("record=") => {
+                let initial = if delta.is_initial_list() { " initial" } else { "" };
+                info!(
+                    "{} {:?} {} {}{initial}",
+                    &record["record=".len()..],
+                    delta.delta_type(),
+                    delta.key(),
+                    delta.resource_version()
+                );
             }
             "print" => {
                 println!("printed {}", delta.key());

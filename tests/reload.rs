@@ -1,0 +1,361 @@
+//! Hot reload from the plugin directory, end to end: the directory watch, the
+//! swap between two batches, rejections, rollbacks and unloading, under churn on
+//! the emulated API server.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use kinformer::plugin::digest;
+use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
+use kinformer::sim::store::ResourceId;
+use kinformer::sim::workload::Workload;
+use kinformer_tests::runtime::{Logged, Logs, assert_record_matches_server, caught_up, cluster, server_changes, until};
+
+/// The hostile test plugin's component.
+fn hostile() -> Vec<u8> {
+    let (_, bytes) = plugin_artifacts::TEST_PLUGINS
+        .iter()
+        .find(|(file, _)| *file == "hostile.wasm")
+        .unwrap();
+    bytes.to_vec()
+}
+
+/// The same component with a custom section appended: another file, another
+/// digest, the same behaviour.
+fn variant(bytes: &[u8], tag: u8) -> Vec<u8> {
+    let name = b"kinformer-test";
+    let mut variant = bytes.to_vec();
+    variant.push(0); // custom section
+    variant.push((1 + name.len() + 1) as u8);
+    variant.push(name.len() as u8);
+    variant.extend_from_slice(name);
+    variant.push(tag);
+    variant
+}
+
+/// Publishes a file the way careful tools do: write a hidden temporary file,
+/// then rename it over the target.
+fn publish(dir: &Path, name: &str, bytes: &[u8]) {
+    let temporary = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&temporary, bytes).unwrap();
+    std::fs::rename(&temporary, dir.join(name)).unwrap();
+}
+
+fn manifest(config: &str) -> String {
+    format!("config = \"{config}\"\n[limits]\nlog-lines-per-second = 1000000\n[failures]\nrestart-backoff-ms = 20\n")
+}
+
+fn plugin(runtime: &Runtime, name: &str) -> PluginStatus {
+    runtime
+        .status()
+        .into_iter()
+        .find(|status| status.name == name)
+        .unwrap_or_else(|| panic!("no plugin {name}"))
+}
+
+/// Waits until `name` runs the file with `digest`, reloaded `reloads` times.
+async fn running(runtime: &Runtime, name: &str, digest: &str, reloads: u64) {
+    until(
+        &format!("{name} to run {}", &digest[..12]),
+        Duration::from_secs(30),
+        || {
+            let status = plugin(runtime, name);
+            status.running_digest.as_deref() == Some(digest) && status.reloads >= reloads
+        },
+    )
+    .await;
+}
+
+/// The records of the `record=LABEL` plugin, with their labels.
+fn records(logs: &Logs, name: &str) -> Vec<(String, Logged)> {
+    logs.of(name)
+        .iter()
+        .filter_map(|line| Logged::parse_record(line))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_swaps_under_churn_hand_every_delta_to_exactly_one_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let versions = [hostile(), variant(&hostile(), 1)];
+    let digests = [digest(&versions[0]), digest(&versions[1])];
+    publish(d, "rec.toml", manifest("record=v0").as_bytes());
+    publish(d, "rec.wasm", &versions[0]);
+
+    let workload = Workload::default().seed(11).size(4, 5, 4).changes_per_second(2000.0);
+    let (server, churn, client) = cluster(&workload).await;
+    let logs = Logs::default();
+    let runtime = Runtime::start(client, RuntimeConfig::new(d).log_sink(logs.sink()))
+        .await
+        .unwrap();
+    running(&runtime, "rec", &digests[0], 0).await;
+
+    for swap in 1..=50_u64 {
+        let version = (swap % 2) as usize;
+        publish(d, "rec.toml", manifest(&format!("record=v{swap}")).as_bytes());
+        publish(d, "rec.wasm", &versions[version]);
+        running(&runtime, "rec", &digests[version], swap).await;
+        // Let the new version handle some live deltas before the next swap.
+        let handled = plugin(&runtime, "rec").deltas;
+        until("live deltas after the swap", Duration::from_secs(10), || {
+            plugin(&runtime, "rec").deltas > handled + 100
+        })
+        .await;
+    }
+    churn.abort();
+    let pods = ResourceId::new("", "v1", "pods");
+    caught_up(&server, &pods, || {
+        records(&logs, "rec").into_iter().map(|(_, logged)| logged).collect()
+    })
+    .await;
+    let status = runtime.shutdown().await;
+    let rec = status.iter().find(|status| status.name == "rec").unwrap();
+    assert_eq!((rec.traps, rec.rollbacks, rec.errors), (0, 0, 0), "{rec:#?}");
+
+    let all = records(&logs, "rec");
+    // The record splits into generations, each starting with its initial list.
+    // Each is one version's contiguous stretch; each initial list is exactly the
+    // state its predecessor had been handed, and the live deltas go on where
+    // the predecessor stopped.
+    let starts: Vec<usize> = (0..all.len())
+        .filter(|&i| all[i].1.initial && (i == 0 || !all[i - 1].1.initial))
+        .collect();
+    let mut state: BTreeMap<String, u64> = BTreeMap::new();
+    let mut combined: Vec<Logged> = Vec::new();
+    let mut stretches: Vec<String> = Vec::new();
+    for (n, &start) in starts.iter().enumerate() {
+        let end = starts.get(n + 1).copied().unwrap_or(all.len());
+        let generation = &all[start..end];
+        let label = &generation[0].0;
+        assert!(
+            generation.iter().all(|(other, _)| other == label),
+            "versions interleaved: {generation:?}"
+        );
+        if stretches.last() != Some(label) {
+            assert!(!stretches.contains(label), "{label} handled deltas in two stretches");
+            stretches.push(label.clone());
+        }
+        let initial: BTreeMap<String, u64> = generation
+            .iter()
+            .take_while(|(_, logged)| logged.initial)
+            .map(|(_, logged)| (logged.key.clone(), logged.rv))
+            .collect();
+        if n == 0 {
+            combined.extend(generation.iter().take_while(|(_, l)| l.initial).map(|(_, l)| l.clone()));
+            state.clone_from(&initial);
+        } else {
+            assert_eq!(initial, state, "{label} did not start from its predecessor's state");
+        }
+        for (_, logged) in generation.iter().skip(initial.len()) {
+            assert!(!logged.initial, "{label}: {logged:?}");
+            if logged.delta == "Deleted" {
+                state.remove(&logged.key);
+            } else {
+                state.insert(logged.key.clone(), logged.rv);
+            }
+            combined.push(logged.clone());
+        }
+    }
+    assert!(starts.len() >= 51, "{} generations", starts.len());
+    assert_eq!(stretches.len(), 51, "{stretches:?}");
+    assert_record_matches_server(&combined, &server_changes(&server, &pods));
+    let live = combined.iter().filter(|logged| !logged.initial).count();
+    assert!(live > 1000, "only {live} live deltas");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_files_are_rejected_while_the_running_version_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = hostile();
+    let next = variant(&good, 2);
+    publish(d, "rec.toml", manifest("record=good").as_bytes());
+    publish(d, "rec.wasm", &good);
+    let workload = Workload::default().seed(12).size(2, 2, 3).changes_per_second(100.0);
+    let (_server, churn, client) = cluster(&workload).await;
+    let runtime = Runtime::start(client, RuntimeConfig::new(d)).await.unwrap();
+    running(&runtime, "rec", &digest(&good), 0).await;
+
+    // Written slowly, in chunks, straight into place: never loaded half-way.
+    let path = d.join("rec.wasm");
+    let mut file = std::fs::File::create(&path).unwrap();
+    for chunk in next.chunks(next.len() / 8 + 1) {
+        use std::io::Write as _;
+        file.write_all(chunk).unwrap();
+        file.flush().unwrap();
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let status = plugin(&runtime, "rec");
+        assert_eq!(status.running_digest, Some(digest(&good)), "{status:#?}");
+    }
+    drop(file);
+    running(&runtime, "rec", &digest(&next), 1).await;
+
+    let world = b"(component (import \"evil:net/socket\" (func)))";
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        (
+            "truncated",
+            next[..next.len() / 2].to_vec(),
+            "not a loadable WebAssembly component",
+        ),
+        (
+            "not wasm",
+            b"#!/bin/sh\necho hello\n".to_vec(),
+            "not a loadable WebAssembly component",
+        ),
+        (
+            "wrong world",
+            wat::parse_bytes(world).unwrap().into_owned(),
+            "does not implement kinformer:plugin",
+        ),
+    ];
+    for (case, bytes, cause) in cases {
+        publish(d, "rec.wasm", &bytes);
+        until(
+            &format!("the {case} file to be rejected"),
+            Duration::from_secs(10),
+            || plugin(&runtime, "rec").rejected_digest == Some(digest(&bytes)),
+        )
+        .await;
+        let status = plugin(&runtime, "rec");
+        assert!(
+            status.load_error.as_deref().unwrap_or_default().contains(cause),
+            "{case}: {status:#?}"
+        );
+        assert_eq!(status.running_digest, Some(digest(&next)), "{case}");
+        let handled = status.deltas;
+        until("the running version to go on", Duration::from_secs(10), || {
+            plugin(&runtime, "rec").deltas > handled
+        })
+        .await;
+    }
+    // Not retried until the file changes.
+    let rejected = plugin(&runtime, "rec");
+    runtime.reconcile().await;
+    assert_eq!(plugin(&runtime, "rec").reloads, rejected.reloads);
+    churn.abort();
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_that_fails_init_or_traps_at_once_is_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let good = hostile();
+    publish(d, "rec.toml", manifest("record=good").as_bytes());
+    publish(d, "rec.wasm", &good);
+    let workload = Workload::default().seed(13).size(2, 2, 3).changes_per_second(100.0);
+    let (_server, churn, client) = cluster(&workload).await;
+    let logs = Logs::default();
+    let config = RuntimeConfig::new(d).watch(false).log_sink(logs.sink());
+    let runtime = Runtime::start(client, config).await.unwrap();
+    running(&runtime, "rec", &digest(&good), 0).await;
+
+    // Refuses in init: never swapped in.
+    let refusing = variant(&good, 3);
+    publish(d, "rec.toml", manifest("refuse").as_bytes());
+    publish(d, "rec.wasm", &refusing);
+    runtime.reconcile().await;
+    let status = plugin(&runtime, "rec");
+    assert_eq!(status.running_digest, Some(digest(&good)));
+    assert_eq!(status.rejected_digest, Some(digest(&refusing)));
+    assert!(status.load_error.unwrap_or_default().contains("refusing to start"));
+    assert_eq!(status.reloads, 0);
+
+    // Traps on its first deltas: swapped in, then rolled back.
+    let trapping = variant(&good, 4);
+    publish(d, "rec.toml", manifest("trap-every-3rd").as_bytes());
+    publish(d, "rec.wasm", &trapping);
+    runtime.reconcile().await;
+    until("the rollback", Duration::from_secs(20), || {
+        plugin(&runtime, "rec").rollbacks == 1
+    })
+    .await;
+    running(&runtime, "rec", &digest(&good), 1).await;
+    let status = plugin(&runtime, "rec");
+    assert_eq!(status.rejected_digest, Some(digest(&trapping)));
+    assert_eq!((status.reloads, status.traps), (1, 2), "{status:#?}");
+    // The restored version handles deltas again, and the failed file is not
+    // retried until it changes.
+    let handled = logs.of("rec").len();
+    until("the restored version to handle deltas", Duration::from_secs(10), || {
+        logs.of("rec")[handled..]
+            .iter()
+            .any(|line| line.starts_with("good Updated"))
+    })
+    .await;
+    runtime.reconcile().await;
+    assert_eq!(plugin(&runtime, "rec").reloads, 1);
+    churn.abort();
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_reloads_leave_one_instance_and_unloading_releases_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    publish(d, "rec.toml", manifest("record=0").as_bytes());
+    publish(d, "rec.wasm", &hostile());
+    let workload = Workload::default().seed(14).size(2, 2, 3).changes_per_second(100.0);
+    let (_server, churn, client) = cluster(&workload).await;
+    let runtime = Runtime::start(client, RuntimeConfig::new(d).watch(false))
+        .await
+        .unwrap();
+    running(&runtime, "rec", &digest(&hostile()), 0).await;
+    let informers = runtime.running_informers();
+    assert_eq!((runtime.live_instances(), informers), (1, 1));
+
+    // Manifest-only changes: a new instance each time, no recompiling.
+    for reload in 1..=200_u64 {
+        publish(d, "rec.toml", manifest(&format!("record={reload}")).as_bytes());
+        runtime.reconcile().await;
+        running(&runtime, "rec", &digest(&hostile()), reload).await;
+    }
+    until("old instances to be dropped", Duration::from_secs(5), || {
+        runtime.live_instances() == 1
+    })
+    .await;
+    assert_eq!(runtime.running_informers(), informers);
+
+    // Removing the file drains and unloads the plugin and frees its informer.
+    std::fs::remove_file(d.join("rec.wasm")).unwrap();
+    runtime.reconcile().await;
+    assert!(runtime.status().is_empty());
+    until("the instance and informer to go", Duration::from_secs(5), || {
+        runtime.live_instances() == 0 && runtime.running_informers() == 0
+    })
+    .await;
+    churn.abort();
+    runtime.shutdown().await;
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_style_symlink_swap_reloads_the_plugin() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // The layout kubelet gives a mounted ConfigMap: files are links through `..data`.
+    let first = d.join("..2026_12_02_first");
+    std::fs::create_dir(&first).unwrap();
+    std::fs::write(first.join("rec.wasm"), hostile()).unwrap();
+    symlink("..2026_12_02_first", d.join("..data")).unwrap();
+    symlink("..data/rec.wasm", d.join("rec.wasm")).unwrap();
+    let workload = Workload::default().seed(15).size(1, 1, 2).changes_per_second(20.0);
+    let (_server, churn, client) = cluster(&workload).await;
+    let runtime = Runtime::start(client, RuntimeConfig::new(d)).await.unwrap();
+    running(&runtime, "rec", &digest(&hostile()), 0).await;
+
+    let next = variant(&hostile(), 5);
+    let second = d.join("..2026_12_02_second");
+    std::fs::create_dir(&second).unwrap();
+    std::fs::write(second.join("rec.wasm"), &next).unwrap();
+    symlink("..2026_12_02_second", d.join("..data_tmp")).unwrap();
+    std::fs::rename(d.join("..data_tmp"), d.join("..data")).unwrap();
+    running(&runtime, "rec", &digest(&next), 1).await;
+    assert_eq!(runtime.status().len(), 1, "hidden entries are not plugins");
+    churn.abort();
+    runtime.shutdown().await;
+}

@@ -1,0 +1,202 @@
+//! Helpers of the runtime and reload tests: a cluster with churn, plugins
+//! installed into a directory, and records of deltas checked against the
+//! server's change log.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kinformer::plugin::LogSink;
+use kinformer::runtime::PluginStatus;
+use kinformer::sim::store::{EventType, ResourceId};
+use kinformer::sim::workload::Workload;
+use kinformer::sim::{ApiServer, SimConfig};
+
+/// Every log line of every plugin, in the order each plugin wrote them.
+#[derive(Debug, Clone, Default)]
+pub struct Logs(Arc<Mutex<Vec<(String, String)>>>);
+
+impl Logs {
+    /// The sink to give the runtime.
+    pub fn sink(&self) -> LogSink {
+        let lines = Arc::clone(&self.0);
+        Arc::new(move |plugin, line| {
+            lines.lock().unwrap().push((plugin.to_owned(), line.message.clone()));
+        })
+    }
+
+    /// The lines of one plugin.
+    pub fn of(&self, plugin: &str) -> Vec<String> {
+        let lines = self.0.lock().unwrap();
+        lines
+            .iter()
+            .filter(|(name, _)| name == plugin)
+            .map(|(_, line)| line.clone())
+            .collect()
+    }
+}
+
+/// Writes plugin `file` (a component of `plugin_artifacts`) into `dir` as
+/// `name.wasm`, with `manifest` as `name.toml` when given.
+pub fn install(dir: &Path, name: &str, file: &str, manifest: Option<&str>) {
+    let (_, bytes) = plugin_artifacts::ALL
+        .iter()
+        .chain(plugin_artifacts::TEST_PLUGINS)
+        .find(|(artifact, _)| *artifact == file)
+        .unwrap_or_else(|| panic!("no plugin {file}"));
+    std::fs::write(dir.join(format!("{name}.wasm")), bytes).unwrap();
+    if let Some(manifest) = manifest {
+        std::fs::write(dir.join(format!("{name}.toml")), manifest).unwrap();
+    }
+}
+
+pub async fn cluster(workload: &Workload) -> (ApiServer, tokio::task::JoinHandle<()>, kube::Client) {
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let churn = server.start_workload(workload).unwrap();
+    let client = kube::Client::try_from(server.client_config()).unwrap();
+    (server, churn, client)
+}
+
+pub async fn until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn status<'a>(statuses: &'a [PluginStatus], name: &str) -> &'a PluginStatus {
+    statuses
+        .iter()
+        .find(|status| status.name == name)
+        .unwrap_or_else(|| panic!("no plugin {name}"))
+}
+
+/// One delta as delta-logger logs it: `Added Pod ns/name rv=12 (initial list)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logged {
+    /// `Added`, `Updated`, `Deleted`, ...
+    pub delta: String,
+    /// The object's key.
+    pub key: String,
+    /// Its resourceVersion.
+    pub rv: u64,
+    /// Whether it came in an initial list.
+    pub initial: bool,
+}
+
+impl Logged {
+    /// Parses delta-logger's line: `Added Pod ns/name rv=12 (initial list)`.
+    pub fn parse_delta_logger(line: &str) -> Option<Self> {
+        let mut words = line.split(' ');
+        let delta = words.next()?.to_owned();
+        let _kind = words.next()?;
+        let key = words.next()?.to_owned();
+        let rv = words.next()?.strip_prefix("rv=")?.parse().ok()?;
+        Some(Self {
+            delta,
+            key,
+            rv,
+            initial: line.ends_with("(initial list)"),
+        })
+    }
+
+    /// Parses the hostile plugin's `record=LABEL` line: `LABEL Added ns/name 12
+    /// initial`; returns the label too.
+    pub fn parse_record(line: &str) -> Option<(String, Self)> {
+        let mut words = line.split(' ');
+        let label = words.next()?.to_owned();
+        let delta = words.next()?.to_owned();
+        let key = words.next()?.to_owned();
+        let rv = words.next()?.parse().ok()?;
+        let initial = words.next() == Some("initial");
+        Some((
+            label,
+            Self {
+                delta,
+                key,
+                rv,
+                initial,
+            },
+        ))
+    }
+}
+
+/// The server's changes of a resource, per object: (delta type, resourceVersion).
+pub fn server_changes(server: &ApiServer, resource: &ResourceId) -> BTreeMap<String, Vec<(String, u64)>> {
+    let (events, _) = server.store().events_after(resource, 0, usize::MAX).unwrap();
+    let mut changes: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+    for event in events {
+        let delta = match event.event_type {
+            EventType::Added => "Added",
+            EventType::Modified => "Updated",
+            EventType::Deleted => "Deleted",
+        };
+        changes
+            .entry(event.object.key.clone())
+            .or_default()
+            .push((delta.to_owned(), event.resource_version));
+    }
+    changes
+}
+
+/// Asserts that a plugin's record of deltas is what the server did: per object,
+/// the initial state (if any) then every later change, in order, none missing
+/// and none twice; and no change after the record's live start is absent.
+pub fn assert_record_matches_server(record: &[Logged], server: &BTreeMap<String, Vec<(String, u64)>>) {
+    let mut per_key: BTreeMap<&str, Vec<&Logged>> = BTreeMap::new();
+    for logged in record {
+        per_key.entry(&logged.key).or_default().push(logged);
+    }
+    for (key, seen) in &per_key {
+        let changes = server
+            .get(*key)
+            .unwrap_or_else(|| panic!("{key}: never changed on the server"));
+        let first = seen[0];
+        let start = changes
+            .iter()
+            .position(|(_, rv)| *rv == first.rv)
+            .unwrap_or_else(|| panic!("{key}: rv {} is no change of the server: {changes:?}", first.rv));
+        let (expected, live): (&[(String, u64)], &[&Logged]) = if first.initial {
+            assert_eq!(first.delta, "Added", "{key}: {first:?}");
+            (&changes[start + 1..], &seen[1..])
+        } else {
+            (&changes[start..], &seen[..])
+        };
+        assert!(live.iter().all(|logged| !logged.initial), "{key}: {seen:?}");
+        let live: Vec<(String, u64)> = live.iter().map(|l| (l.delta.clone(), l.rv)).collect();
+        assert_eq!(live, expected, "{key}: the plugin's changes differ from the server's");
+    }
+    let first_live = record
+        .iter()
+        .filter(|l| !l.initial)
+        .map(|l| l.rv)
+        .min()
+        .unwrap_or(u64::MAX);
+    for (key, changes) in server {
+        if changes.iter().any(|(_, rv)| *rv >= first_live) {
+            assert!(
+                per_key.contains_key(key.as_str()),
+                "{key}: changed after rv {first_live} but never delivered"
+            );
+        }
+    }
+}
+
+/// Waits until a plugin's record holds the server's latest change of `resource`.
+pub async fn caught_up(server: &ApiServer, resource: &ResourceId, mut record: impl FnMut() -> Vec<Logged>) {
+    let last = server_changes(server, resource)
+        .values()
+        .flatten()
+        .map(|(_, rv)| *rv)
+        .max()
+        .unwrap();
+    until(
+        &format!("the plugin to reach rv {last}"),
+        Duration::from_secs(20),
+        || record().iter().any(|logged| logged.rv == last),
+    )
+    .await;
+}
