@@ -51,6 +51,8 @@ pub struct DemoConfig {
     pub workload: Workload,
     /// Stop after this long; run until Ctrl-C when `None`.
     pub duration: Option<Duration>,
+    /// Serve the plugins' status here.
+    pub status_addr: Option<std::net::SocketAddr>,
 }
 
 impl DemoConfig {
@@ -64,6 +66,7 @@ impl DemoConfig {
             kubeconfig: kubeconfig.into(),
             workload: Workload::default().size(2, 2, 3).changes_per_second(10.0),
             duration: None,
+            status_addr: None,
         }
     }
 
@@ -134,6 +137,12 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginStatus>, Error> {
     let client = kube::Client::try_from(server.client_config()).map_err(Error::Kube)?;
 
     let runtime = Runtime::start(client, config.runtime.clone()).await?;
+    if let Some(address) = config.status_addr {
+        runtime.serve_status(address).await.map_err(|source| Error::Io {
+            path: address.to_string().into(),
+            source,
+        })?;
+    }
     crate::runtime::serve(&runtime, config.duration).await;
     workload.abort();
     let status = runtime.shutdown().await;

@@ -32,7 +32,9 @@ enum Command {
     ///
     /// Each NAME.wasm runs with the grant, limits and config of its manifest
     /// NAME.toml, if any (without one: every resource but Secrets, in every
-    /// namespace, with default limits).
+    /// namespace, with default limits). The directory is watched: adding,
+    /// replacing or removing a file (or a manifest) loads, swaps or unloads
+    /// the plugin without a restart.
     Run {
         /// Directory of plugin components (*.wasm) and their manifests (*.toml).
         #[arg(long)]
@@ -95,9 +97,13 @@ enum Command {
     },
 }
 
-/// How plugins are compiled.
+/// How plugins are compiled, and where their status is served.
 #[derive(Debug, clap::Args)]
 struct EngineArgs {
+    /// Serve the plugins' status (digests, state, counters) as JSON at
+    /// http://ADDRESS/plugins, e.g. 127.0.0.1:9090.
+    #[arg(long)]
+    status_addr: Option<std::net::SocketAddr>,
     /// Where compiled plugins are cached (default: ~/.cache/kinformer).
     #[arg(long, env = "KINFORMER_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
@@ -198,6 +204,9 @@ fn run(command: Command) -> anyhow::Result<()> {
                 config = config.namespace(namespace);
             }
             let runtime = Runtime::start(client, config).await?;
+            if let Some(address) = engine.status_addr {
+                runtime.serve_status(address).await?;
+            }
             kinformer::runtime::serve(&runtime, None).await;
             let status = runtime.shutdown().await;
             if !status.is_empty() && status.iter().all(|status| status.state == PluginState::Failed) {
@@ -222,10 +231,17 @@ fn run(command: Command) -> anyhow::Result<()> {
                     dir
                 }
             };
-            let kubeconfig = kubeconfig.unwrap_or_else(|| scratch.join("kubeconfig"));
+            let kubeconfig = match kubeconfig {
+                Some(path) => path,
+                None => {
+                    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+                    scratch.join("kubeconfig")
+                }
+            };
             println!("emulated cluster kubeconfig: {}", kubeconfig.display());
             let mut config = DemoConfig::new(plugins, kubeconfig).workload(workload.workload());
             config.runtime = engine.apply(config.runtime);
+            config.status_addr = engine.status_addr;
             if let Some(seconds) = seconds {
                 config = config.duration(Duration::from_secs(seconds));
             }
