@@ -103,6 +103,10 @@ pub struct RuntimeConfig {
     pub engine: EngineOptions,
     /// Where every plugin's log lines go, besides `tracing`.
     pub log_sink: Option<LogSink>,
+    /// Called with each batch just before a plugin's `handle` is entered (not
+    /// again for retries), on the plugin's worker thread: for metrics and
+    /// benchmarks. Keep it cheap.
+    pub observer: Option<BatchObserver>,
     /// Watch the directory and reload plugins as their files change.
     pub watch: bool,
     /// A change is applied once the directory was quiet this long...
@@ -119,6 +123,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("namespace", &self.namespace)
             .field("engine", &self.engine)
             .field("log_sink", &self.log_sink.is_some())
+            .field("observer", &self.observer.is_some())
             .field("watch", &self.watch)
             .field("quiet", &self.quiet)
             .field("max_wait", &self.max_wait)
@@ -139,6 +144,7 @@ impl RuntimeConfig {
             },
             namespace: None,
             log_sink: None,
+            observer: None,
             watch: true,
             quiet: Duration::from_millis(200),
             max_wait: Duration::from_secs(2),
@@ -166,6 +172,13 @@ impl RuntimeConfig {
         self
     }
 
+    /// Sets [`RuntimeConfig::observer`].
+    #[must_use]
+    pub fn observer(mut self, observer: BatchObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Sets [`RuntimeConfig::log_sink`].
     #[must_use]
     pub fn log_sink(mut self, sink: LogSink) -> Self {
@@ -173,6 +186,9 @@ impl RuntimeConfig {
         self
     }
 }
+
+/// Sees each batch a plugin is about to handle, with the plugin's name.
+pub type BatchObserver = Arc<dyn Fn(&str, &[Delta]) + Send + Sync>;
 
 /// Where a plugin is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,6 +374,7 @@ struct Inner {
     scope: Scope,
     namespace: Option<String>,
     log_sink: Option<LogSink>,
+    observer: Option<BatchObserver>,
     slots: Mutex<BTreeMap<String, Slot>>,
     /// Held while the directory is reconciled: one reconciliation at a time.
     reconciling: tokio::sync::Mutex<()>,
@@ -402,6 +419,7 @@ impl Runtime {
             scope,
             namespace: config.namespace,
             log_sink: config.log_sink,
+            observer: config.observer,
             slots: Mutex::new(BTreeMap::new()),
             reconciling: tokio::sync::Mutex::new(()),
             stop,
@@ -736,7 +754,7 @@ impl Inner {
             },
             None => generation,
         };
-        match Worker::spawn(name, status, generation, self.stop.subscribe()) {
+        match Worker::spawn(name, status, generation, self.stop.subscribe(), self.observer.clone()) {
             Ok(worker) => slot.worker = Some(worker),
             Err(error) => {
                 drop(slots);
@@ -1074,6 +1092,7 @@ struct Worker {
     /// The version before the live one, for a rollback while on probation.
     previous: Option<Generation>,
     swapped_at: Option<Instant>,
+    observer: Option<BatchObserver>,
 }
 
 impl Worker {
@@ -1082,6 +1101,7 @@ impl Worker {
         status: &SharedStatus,
         generation: Generation,
         stopped: tokio::sync::watch::Receiver<bool>,
+        observer: Option<BatchObserver>,
     ) -> Result<WorkerHandle, Error> {
         let (commands, received) = tokio::sync::mpsc::unbounded_channel();
         let worker = Self {
@@ -1093,6 +1113,7 @@ impl Worker {
             live: generation,
             previous: None,
             swapped_at: None,
+            observer,
         };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
@@ -1335,6 +1356,9 @@ impl Worker {
         let count = batch.len() as u64;
         let policy = self.live.manifest.failures;
         let mut attempt = 0_u32;
+        if let Some(observer) = &self.observer {
+            observer(&self.name, batch);
+        }
         loop {
             let _span = tracing::debug_span!(
                 "handle",
