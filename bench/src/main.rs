@@ -60,6 +60,21 @@ enum Child {
         #[arg(long)]
         kubeconfig: PathBuf,
     },
+    /// (internal) Consumes churn with one side in this process and reports CPU
+    /// time and latencies as JSON.
+    #[command(hide = true)]
+    Churn {
+        #[arg(long, value_enum)]
+        side: Side,
+        #[arg(long, value_enum)]
+        work: Work,
+        #[arg(long)]
+        plugins: usize,
+        #[arg(long)]
+        updates: usize,
+        #[arg(long)]
+        kubeconfig: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -72,10 +87,22 @@ enum Side {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    if let Some(Child::Sync { side, kubeconfig }) = cli.child {
-        return runtime.block_on(sync_child(side, &kubeconfig));
+    match cli.child {
+        Some(Child::Sync { side, kubeconfig }) => return runtime.block_on(sync_child(side, &kubeconfig)),
+        Some(Child::Churn {
+            side,
+            work,
+            plugins,
+            updates,
+            kubeconfig,
+        }) => return runtime.block_on(churn_child(side, work, plugins, updates, &kubeconfig)),
+        None => {}
     }
-    let rows: Vec<u8> = if cli.rows.is_empty() { (1..=7).collect() } else { cli.rows.clone() };
+    let rows: Vec<u8> = if cli.rows.is_empty() {
+        (1..=7).collect()
+    } else {
+        cli.rows.clone()
+    };
     let repeat = if cli.quick { 1 } else { cli.repeat.max(1) };
     let sizes = Sizes::new(cli.quick);
     let mut table = Table::default();
@@ -111,6 +138,7 @@ struct Sizes {
     sync_pods: Vec<usize>,
     churn_pods: usize,
     churn_updates: usize,
+    churn_rate: f64,
     query_pods: usize,
     query_calls: u32,
     reloads: usize,
@@ -123,6 +151,7 @@ impl Sizes {
                 sync_pods: vec![200],
                 churn_pods: 50,
                 churn_updates: 300,
+                churn_rate: 500.0,
                 query_pods: 1000,
                 query_calls: 20,
                 reloads: 2,
@@ -132,6 +161,7 @@ impl Sizes {
                 sync_pods: vec![10_000, 100_000],
                 churn_pods: 1000,
                 churn_updates: 20_000,
+                churn_rate: 2000.0,
                 query_pods: 100_000,
                 query_calls: 2000,
                 reloads: 5,
@@ -202,7 +232,11 @@ struct Line {
 struct Table(Vec<Line>);
 
 fn show_ratio(value: f64) -> String {
-    if value.is_finite() { format!("{value:.2}×") } else { "–".into() }
+    if value.is_finite() {
+        format!("{value:.2}×")
+    } else {
+        "–".into()
+    }
 }
 
 impl Table {
@@ -255,7 +289,9 @@ async fn quiet_cluster(pods: usize) -> anyhow::Result<ApiServer> {
     let server = ApiServer::start(SimConfig::default()).await?;
     let deployments = pods.div_ceil(100).max(1);
     let per_deployment = pods.div_ceil(deployments);
-    let workload = Workload::default().size(1, deployments, per_deployment).realistic_pods(true);
+    let workload = Workload::default()
+        .size(1, deployments, per_deployment)
+        .realistic_pods(true);
     tokio::task::block_in_place(|| workload.populate(server.store()).map(drop))
         .map_err(|error| anyhow::anyhow!("populating the cluster: {error}"))?;
     // The population's event history is not needed: watches start from lists.
@@ -359,7 +395,11 @@ async fn sync_rows(table: &mut Table, pods: usize, repeat: usize) -> anyhow::Res
             let mut command = std::process::Command::new(&exe);
             command
                 .args(["sync", "--side"])
-                .arg(side.to_possible_value().map(|v| v.get_name().to_owned()).unwrap_or_default())
+                .arg(
+                    side.to_possible_value()
+                        .map(|v| v.get_name().to_owned())
+                        .unwrap_or_default(),
+                )
                 .arg("--kubeconfig")
                 .arg(&kubeconfig);
             let output = tokio::task::block_in_place(|| command.output())?;
@@ -377,7 +417,9 @@ async fn sync_rows(table: &mut Table, pods: usize, repeat: usize) -> anyhow::Res
                 Side::KubeDynamic => "dynamic",
             };
             time.entry(key).or_default().push(number("sync_ms"));
-            rss.entry(key).or_default().push(number("rss_after") / f64::from(1 << 20));
+            rss.entry(key)
+                .or_default()
+                .push(number("rss_after") / f64::from(1 << 20));
             per_object
                 .entry(key)
                 .or_default()
@@ -388,7 +430,11 @@ async fn sync_rows(table: &mut Table, pods: usize, repeat: usize) -> anyhow::Res
         }
     }
     server.shutdown();
-    let n = if pods >= 1000 { format!("{}k", pods / 1000) } else { pods.to_string() };
+    let n = if pods >= 1000 {
+        format!("{}k", pods / 1000)
+    } else {
+        pods.to_string()
+    };
     for (theirs, label) in [("dynamic", "DynamicObject"), ("pod", "Pod")] {
         let ratio = time["kinformer"].median() / time[theirs].median();
         table.add(
@@ -411,14 +457,24 @@ async fn sync_rows(table: &mut Table, pods: usize, repeat: usize) -> anyhow::Res
     let transformed = cached as f64 / count as f64;
     let ours = per_object["kinformer"].median();
     table.add(
-        format!("2. {n} pods: memory per object ÷ JSON as served ({:.1} KB)", raw / 1000.0),
+        format!(
+            "2. {n} pods: memory per object ÷ JSON as served ({:.1} KB)",
+            raw / 1000.0
+        ),
         format!("{:.2}×", ours / raw),
-        format!("{:.2}× (DynamicObject), {:.2}× (Pod)", per_object["dynamic"].median() / raw, per_object["pod"].median() / raw),
+        format!(
+            "{:.2}× (DynamicObject), {:.2}× (Pod)",
+            per_object["dynamic"].median() / raw,
+            per_object["pod"].median() / raw
+        ),
         ours / per_object["dynamic"].median(),
         "",
     );
     table.add(
-        format!("2. {n} pods: memory per object ÷ JSON after the transform ({:.1} KB)", transformed / 1000.0),
+        format!(
+            "2. {n} pods: memory per object ÷ JSON after the transform ({:.1} KB)",
+            transformed / 1000.0
+        ),
         format!("{:.2}×", ours / transformed),
         "–".into(),
         ours / transformed,
@@ -430,7 +486,11 @@ async fn sync_rows(table: &mut Table, pods: usize, repeat: usize) -> anyhow::Res
 /// Milliseconds since the epoch, with a fraction: the stamp writers put on
 /// objects and handlers compare with.
 fn now_ms() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1000.0
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+        * 1000.0
 }
 
 const STAMP: &str = "\"bench/sent\":\"";
@@ -457,32 +517,6 @@ impl Arrivals {
     }
 }
 
-/// Writes `updates` stamped changes to the cluster's pods as fast as the
-/// server takes them; returns when done.
-async fn write_burst(server: &ApiServer, updates: usize) -> anyhow::Result<Instant> {
-    let store = server.store();
-    let (pods, _) = store
-        .snapshot(&pods_id(), &Filter::default())
-        .map_err(|error| anyhow::anyhow!("{error}"))?;
-    let keys: Vec<(String, String)> = pods
-        .iter()
-        .map(|pod| (pod.namespace.clone().unwrap_or_default(), pod.name.clone()))
-        .collect();
-    let started = Instant::now();
-    // The writer takes this worker thread; the runtime's other tasks move on.
-    tokio::task::block_in_place(|| {
-        for i in 0..updates {
-            let (namespace, name) = &keys[i % keys.len()];
-            let patch = serde_json::json!({"metadata": {"annotations": {"bench/sent": format!("{:.3}", now_ms())}}});
-            store
-                .patch(&pods_id(), Some(namespace), name, PatchType::Merge, patch, false)
-                .map_err(|error| anyhow::anyhow!("{error}"))?;
-        }
-        anyhow::Ok(())
-    })?;
-    Ok(started)
-}
-
 fn percentile(values: &[f64], p: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -492,42 +526,9 @@ fn percentile(values: &[f64], p: f64) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// One run of the churn stream: (deltas/s, p50 ms, p99 ms).
+/// One run of the churn stream: (deltas per CPU-second, p50 ms, p99 ms).
 type Churned = (f64, f64, f64);
 
-/// Writes the burst and waits until `done` says every consumer saw it.
-async fn measure_burst(
-    server: &ApiServer,
-    updates: usize,
-    arrivals: &[Arc<Mutex<Arrivals>>],
-) -> anyhow::Result<Churned> {
-    let started = write_burst(server, updates).await?;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let complete = arrivals
-            .iter()
-            .all(|arrivals| arrivals.lock().map(|a| a.latencies.len() >= updates).unwrap_or(false));
-        if complete {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("consumers did not see all {updates} changes");
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    // Throughput per consumer; the slowest sets the figure.
-    let mut slowest = f64::INFINITY;
-    let mut latencies = Vec::new();
-    for arrivals in arrivals {
-        let arrivals = arrivals.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
-        let elapsed = arrivals.last.map_or(f64::NAN, |last| last.duration_since(started).as_secs_f64());
-        slowest = slowest.min(updates as f64 / elapsed);
-        latencies.extend_from_slice(&arrivals.latencies);
-    }
-    Ok((slowest, percentile(&latencies, 0.5), percentile(&latencies, 0.99)))
-}
-
-/// Plugins for a run: (file name, component, manifest).
 fn probe() -> &'static [u8] {
     plugin_artifacts::TEST_PLUGINS
         .iter()
@@ -544,14 +545,28 @@ fn hostile() -> &'static [u8] {
         .unwrap_or_default()
 }
 
-/// kinformer's side of a churn run: the plugins of `plugins` in a runtime.
-async fn kinformer_burst(
+/// A consumer of the churn stream, synced and counting stamped changes.
+struct Consumer {
+    arrivals: Vec<Arc<Mutex<Arrivals>>>,
+    runtime: Option<Runtime>,
+    _keep: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+impl Consumer {
+    async fn stop(self) {
+        if let Some(runtime) = self.runtime {
+            runtime.shutdown().await;
+        }
+    }
+}
+
+/// kinformer's side: `plugins` (name, component, manifest) in a runtime; the
+/// arrivals of the `measured` ones are counted just before `handle`.
+async fn kinformer_consumer(
+    client: kube::Client,
     plugins: &[(&str, &[u8], &str)],
     measured: &[&str],
-    pods: usize,
-    updates: usize,
-) -> anyhow::Result<Churned> {
-    let server = quiet_cluster(pods).await?;
+) -> anyhow::Result<Consumer> {
     let dir = tempfile::tempdir()?;
     for (name, bytes, manifest) in plugins {
         std::fs::write(dir.path().join(format!("{name}.wasm")), bytes)?;
@@ -571,36 +586,36 @@ async fn kinformer_burst(
             }
         }
     });
-    let client = kube::Client::try_from(server.client_config())?;
     // Compiled once, then loaded from the cache: the runs measure deltas, not compiles.
-    static CACHE: std::sync::OnceLock<Option<tempfile::TempDir>> = std::sync::OnceLock::new();
     let mut config = RuntimeConfig::new(dir.path()).watch(false).observer(observer);
-    if let Some(cache) = CACHE.get_or_init(|| tempfile::tempdir().ok()) {
-        config = config.cache_dir(cache.path());
-    }
+    config.engine.cache_dir = Some(std::env::temp_dir().join("kinformer-bench-cache"));
     let runtime = Runtime::start(client, config).await?;
-    let all: Vec<Arc<Mutex<Arrivals>>> = arrivals.values().cloned().collect();
-    let result = measure_burst(&server, updates, &all).await;
-    runtime.shutdown().await;
-    server.shutdown();
-    result
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !runtime.all_running() {
+        if Instant::now() > deadline {
+            bail!("plugins did not start: {:?}", runtime.status());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(Consumer {
+        arrivals: arrivals.into_values().collect(),
+        runtime: Some(runtime),
+        _keep: vec![Box::new(dir)],
+    })
 }
 
-/// kube-rs's side of a churn run: a watcher + reflector calling `handler` with
-/// each applied object.
-async fn kube_burst<K>(
-    pods: usize,
-    updates: usize,
+/// kube-rs's side: a watcher + reflector calling `handler` with each applied
+/// object.
+async fn kube_consumer<K>(
+    client: kube::Client,
     api: impl FnOnce(kube::Client) -> kube::Api<K>,
     writer: reflector::store::Writer<K>,
     handler: impl Fn(&K) + Send + Sync + 'static,
-) -> anyhow::Result<Churned>
+) -> anyhow::Result<Consumer>
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
 {
-    let server = quiet_cluster(pods).await?;
-    let client = kube::Client::try_from(server.client_config())?;
     let reader = writer.as_reader();
     let arrivals = Arc::new(Mutex::new(Arrivals::default()));
     let seen = Arc::clone(&arrivals);
@@ -618,67 +633,252 @@ where
         futures::future::ready(Ok(()))
     }));
     reader.wait_until_ready().await?;
-    let result = measure_burst(&server, updates, &[arrivals]).await;
-    task.abort();
+    Ok(Consumer {
+        arrivals: vec![arrivals],
+        runtime: None,
+        _keep: vec![Box::new(AbortOnDrop(task)), Box::new(reader)],
+    })
+}
+
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What a churn consumer runs: which side, and which handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Work {
+    Noop,
+    Sum,
+}
+
+fn manifest(work: Work) -> &'static str {
+    match work {
+        Work::Noop => "config = \"noop\"\n[limits]\nqueue-capacity = 1000000\n",
+        Work::Sum => "config = \"sum\"\n[limits]\nqueue-capacity = 1000000\n",
+    }
+}
+
+/// Sets up one side's consumer of the churn stream.
+async fn consumer(client: kube::Client, side: Side, work: Work, plugins: usize) -> anyhow::Result<Consumer> {
+    match side {
+        Side::Kinformer => {
+            let names: Vec<String> = (0..plugins.max(1)).map(|i| format!("probe-{i}")).collect();
+            let files: Vec<(&str, &[u8], &str)> = names
+                .iter()
+                .map(|name| (name.as_str(), probe(), manifest(work)))
+                .collect();
+            let measured: Vec<&str> = names.iter().map(String::as_str).collect();
+            kinformer_consumer(client, &files, &measured).await
+        }
+        Side::KubePod => {
+            let totals = Arc::new(Mutex::new(BTreeMap::new()));
+            kube_consumer(
+                client,
+                kube::Api::<Pod>::all,
+                reflector::store::Writer::default(),
+                move |pod| match work {
+                    Work::Noop => {
+                        std::hint::black_box(pod);
+                    }
+                    Work::Sum => {
+                        if let Ok(mut totals) = totals.lock() {
+                            requests::add_requests(&mut totals, pod);
+                        }
+                    }
+                },
+            )
+            .await
+        }
+        Side::KubeDynamic => {
+            let resource = ApiResource::erase::<Pod>(&());
+            let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
+            kube_consumer(
+                client,
+                move |client| kube::Api::all_with(client, &resource),
+                writer,
+                |object| {
+                    std::hint::black_box(object);
+                },
+            )
+            .await
+        }
+    }
+}
+
+/// CPU time this process has used, from /proc (USER_HZ = 100 ticks a second).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let fields: Vec<u64> = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|field| field.parse().ok())
+                .collect();
+            Some(fields.iter().sum::<u64>() as f64 / 100.0)
+        })
+        .unwrap_or(f64::NAN)
+}
+
+/// In a child process: one side consumes `updates` stamped changes; reports
+/// the CPU it spent and the latencies, as JSON.
+async fn churn_child(side: Side, work: Work, plugins: usize, updates: usize, kubeconfig: &Path) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let file = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?;
+    let consumer = consumer(kube::Client::try_from(config)?, side, work, plugins).await?;
+    let cpu = cpu_seconds();
+    println!("ready");
+    std::io::stdout().flush()?;
+    loop {
+        let complete = consumer
+            .arrivals
+            .iter()
+            .all(|arrivals| arrivals.lock().map(|a| a.latencies.len() >= updates).unwrap_or(false));
+        if complete {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let cpu = cpu_seconds() - cpu;
+    let mut latencies = Vec::new();
+    for arrivals in &consumer.arrivals {
+        latencies.extend(
+            arrivals
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .latencies
+                .iter()
+                .copied(),
+        );
+    }
+    println!(
+        "{}",
+        serde_json::json!({"cpu_s": cpu, "p50_ms": percentile(&latencies, 0.5), "p99_ms": percentile(&latencies, 0.99)})
+    );
+    consumer.stop().await;
+    Ok(())
+}
+
+/// Runs one side in a child process against a cluster of `pods` pods while
+/// this process writes `updates` changes at `rate` a second; returns
+/// (deltas per CPU-second of the consumer, p50 ms, p99 ms).
+async fn churn_run(side: Side, work: Work, plugins: usize, sizes: &Sizes) -> anyhow::Result<Churned> {
+    use std::io::BufRead as _;
+    let server = quiet_cluster(sizes.churn_pods).await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    let side_name = side
+        .to_possible_value()
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default();
+    let work_name = work
+        .to_possible_value()
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default();
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["churn", "--side", &side_name, "--work", &work_name])
+        .args([
+            "--plugins",
+            &plugins.to_string(),
+            "--updates",
+            &sizes.churn_updates.to_string(),
+        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut lines = std::io::BufReader::new(child.stdout.take().context("child stdout")?).lines();
+    let ready = tokio::task::block_in_place(|| lines.next()).context("the consumer exited")??;
+    if ready != "ready" {
+        bail!("unexpected {ready:?}");
+    }
+    write_paced(&server, sizes.churn_updates, sizes.churn_rate).await?;
+    let report = tokio::task::block_in_place(|| lines.next()).context("the consumer exited")??;
+    let _ = tokio::task::block_in_place(|| child.wait());
     server.shutdown();
-    result
+    let report: serde_json::Value = serde_json::from_str(&report)?;
+    let number = |field: &str| report[field].as_f64().unwrap_or(f64::NAN);
+    let delivered = (sizes.churn_updates * plugins.max(1)) as f64;
+    Ok((delivered / number("cpu_s"), number("p50_ms"), number("p99_ms")))
 }
 
-fn noop_manifest() -> &'static str {
-    "config = \"noop\"\n[limits]\nqueue-capacity = 1000000\n"
+/// Writes `updates` stamped changes at `rate` a second.
+async fn write_paced(server: &ApiServer, updates: usize, rate: f64) -> anyhow::Result<()> {
+    let store = server.store();
+    let (pods, _) = store
+        .snapshot(&pods_id(), &Filter::default())
+        .map_err(|error| anyhow::anyhow!("{error}"))?;
+    let keys: Vec<(String, String)> = pods
+        .iter()
+        .map(|pod| (pod.namespace.clone().unwrap_or_default(), pod.name.clone()))
+        .collect();
+    let started = Instant::now();
+    tokio::task::block_in_place(|| {
+        for i in 0..updates {
+            let due = started + Duration::from_secs_f64(i as f64 / rate);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let (namespace, name) = &keys[i % keys.len()];
+            let patch = serde_json::json!({"metadata": {"annotations": {"bench/sent": format!("{:.3}", now_ms())}}});
+            store
+                .patch(&pods_id(), Some(namespace), name, PatchType::Merge, patch, false)
+                .map_err(|error| anyhow::anyhow!("{error}"))?;
+        }
+        anyhow::Ok(())
+    })
 }
 
-/// Row 3: steady churn, deltas/s and latency, 1 and 10 no-op plugins.
+/// Row 3: steady churn: deltas per CPU-second of the consuming process, and
+/// latency at a steady rate; 1 and 10 no-op plugins sharing one informer.
 async fn churn_rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::Result<()> {
-    eprintln!("row 3: {} changes to {} realistic pods", sizes.churn_updates, sizes.churn_pods);
-    let (pods, updates) = (sizes.churn_pods, sizes.churn_updates);
-    let names: Vec<String> = (0..10).map(|i| format!("noop-{i}")).collect();
+    eprintln!(
+        "row 3: {} changes at {}/s to {} realistic pods",
+        sizes.churn_updates, sizes.churn_rate, sizes.churn_pods
+    );
     let mut results: BTreeMap<&str, Vec<Churned>> = BTreeMap::new();
     for _ in 0..repeat {
-        let one = [("noop-0", probe(), noop_manifest())];
-        results
-            .entry("one")
-            .or_default()
-            .push(kinformer_burst(&one, &["noop-0"], pods, updates).await?);
-        let ten: Vec<(&str, &[u8], &str)> = names.iter().map(|name| (name.as_str(), probe(), noop_manifest())).collect();
-        let measured: Vec<&str> = names.iter().map(String::as_str).collect();
-        results
-            .entry("ten")
-            .or_default()
-            .push(kinformer_burst(&ten, &measured, pods, updates).await?);
-        let writer = reflector::store::Writer::<DynamicObject>::new(ApiResource::erase::<Pod>(&()));
-        let resource = ApiResource::erase::<Pod>(&());
-        results.entry("dynamic").or_default().push(
-            kube_burst(pods, updates, move |client| kube::Api::all_with(client, &resource), writer, |object| {
-                std::hint::black_box(object);
-            })
-            .await?,
-        );
-        results.entry("pod").or_default().push(
-            kube_burst(pods, updates, kube::Api::<Pod>::all, reflector::store::Writer::default(), |object| {
-                std::hint::black_box(object);
-            })
-            .await?,
-        );
+        for (key, side, plugins) in [
+            ("one", Side::Kinformer, 1),
+            ("ten", Side::Kinformer, 10),
+            ("dynamic", Side::KubeDynamic, 1),
+            ("pod", Side::KubePod, 1),
+        ] {
+            results
+                .entry(key)
+                .or_default()
+                .push(churn_run(side, Work::Noop, plugins, sizes).await?);
+        }
     }
     let rate = |key: &str| Samples(results[key].iter().map(|r| r.0).collect());
     let p50 = |key: &str| Samples(results[key].iter().map(|r| r.1).collect());
     let p99 = |key: &str| Samples(results[key].iter().map(|r| r.2).collect());
     for (theirs, label, target) in [("dynamic", "DynamicObject", "≥ 1.5×"), ("pod", "Pod", "≥ 1.0×")] {
         table.add(
-            format!("3. churn, deltas/s, 1 no-op plugin (vs {label} reflector + closure)"),
+            format!("3. churn, deltas per CPU-second, 1 no-op plugin (vs {label} reflector + closure)"),
             rate("one").show(Unit::PerSecond),
             rate(theirs).show(Unit::PerSecond),
             rate("one").median() / rate(theirs).median(),
             target,
         );
     }
+    // Ten plugins get ten times the deltas: the cost per change, ten against one.
+    let cost = |key: &str, plugins: f64| plugins / rate(key).median();
     table.add(
-        "3. churn, deltas/s, 10 no-op plugins on one informer (slowest) vs 1",
-        rate("ten").show(Unit::PerSecond),
-        rate("one").show(Unit::PerSecond),
-        rate("one").median() / rate("ten").median(),
-        "cost ≤ 1.5×",
+        "3. churn, CPU per change, 10 no-op plugins on one informer vs 1",
+        format!("{:.0} µs", cost("ten", 10.0) * 1e6),
+        format!("{:.0} µs", cost("one", 1.0) * 1e6),
+        cost("ten", 10.0) / cost("one", 1.0),
+        "≤ 1.5×",
     );
     for (name, ours, theirs) in [("p50", p50("one"), p50("pod")), ("p99", p99("one"), p99("pod"))] {
         table.add(
@@ -695,24 +895,13 @@ async fn churn_rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::
 /// Row 4: a handler that parses each pod and sums CPU requests per namespace.
 async fn work_row(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::Result<()> {
     eprintln!("row 4: summing requests over {} changes", sizes.churn_updates);
-    let (pods, updates) = (sizes.churn_pods, sizes.churn_updates);
     let (mut ours, mut theirs) = (Samples::default(), Samples::default());
     for _ in 0..repeat {
-        let plugin = [("sum", probe(), "config = \"sum\"\n[limits]\nqueue-capacity = 1000000\n")];
-        ours.push(kinformer_burst(&plugin, &["sum"], pods, updates).await?.0);
-        let totals = Arc::new(Mutex::new(BTreeMap::new()));
-        theirs.push(
-            kube_burst(pods, updates, kube::Api::<Pod>::all, reflector::store::Writer::default(), move |pod| {
-                if let Ok(mut totals) = totals.lock() {
-                    requests::add_requests(&mut totals, pod);
-                }
-            })
-            .await?
-            .0,
-        );
+        ours.push(churn_run(Side::Kinformer, Work::Sum, 1, sizes).await?.0);
+        theirs.push(churn_run(Side::KubePod, Work::Sum, 1, sizes).await?.0);
     }
     table.add(
-        "4. parse each pod, sum CPU requests per namespace: deltas/s (vs native on Pod reflector)",
+        "4. parse each pod, sum CPU requests per namespace: deltas per CPU-second (vs native on Pod reflector)",
         ours.show(Unit::PerSecond),
         theirs.show(Unit::PerSecond),
         ours.median() / theirs.median(),
@@ -742,7 +931,11 @@ async fn query_rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::
     }
     // ~100 pods: one deployment's.
     let selector = "app=app-3";
-    let key = format!("{}/{}", objects[0].namespace.clone().unwrap_or_default(), objects[0].name);
+    let key = format!(
+        "{}/{}",
+        objects[0].namespace.clone().unwrap_or_default(),
+        objects[0].name
+    );
     let caches = Caches::new();
     caches.insert(pods_gvk(), cache.clone());
     let engine = PluginEngine::new()?;
@@ -763,7 +956,10 @@ async fn query_rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::
         }
         .call_timeout(Duration::from_secs(60));
         let mut instance = component.instantiate(caches.clone(), options)?;
-        instance.init(&format!("queries|{key}|{selector}|label:app|app-3|{}", sizes.query_calls))?;
+        instance.init(&format!(
+            "queries|{key}|{selector}|label:app|app-3|{}",
+            sizes.query_calls
+        ))?;
         let delta = Delta::new(DeltaType::Sync, Arc::new(pods_gvk()), Arc::clone(&cache.list_all()[0]));
         instance.handle(&[delta])?;
         let line = lines
@@ -866,7 +1062,7 @@ async fn reload_rows(table: &mut Table, sizes: &Sizes, _repeat: usize) -> anyhow
         let dir = tempfile::tempdir()?;
         let file = dir.path().join("probe.wasm");
         std::fs::write(&file, probe())?;
-        std::fs::write(dir.path().join("probe.toml"), noop_manifest())?;
+        std::fs::write(dir.path().join("probe.toml"), manifest(Work::Noop))?;
         let client = kube::Client::try_from(server.client_config())?;
         let config = RuntimeConfig::new(dir.path()).watch(false).cache_dir(cache_dir.path());
         let runtime = Runtime::start(client, config).await?;
@@ -906,21 +1102,55 @@ async fn reload_rows(table: &mut Table, sizes: &Sizes, _repeat: usize) -> anyhow
     Ok(())
 }
 
+/// Wall-clock deltas/s of the first consumer's plugins while this process
+/// writes `updates` changes as fast as the server takes them.
+async fn saturated(server: &ApiServer, consumer: Consumer, updates: usize) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    write_paced(server, updates, f64::INFINITY).await?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !consumer
+        .arrivals
+        .iter()
+        .all(|arrivals| arrivals.lock().map(|a| a.latencies.len() >= updates).unwrap_or(false))
+    {
+        if Instant::now() > deadline {
+            bail!("the consumer did not see all {updates} changes");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let last = consumer
+        .arrivals
+        .iter()
+        .filter_map(|arrivals| arrivals.lock().ok()?.last)
+        .max()
+        .context("no arrivals")?;
+    consumer.stop().await;
+    Ok(updates as f64 / last.duration_since(started).as_secs_f64())
+}
+
 /// Row 7: a well-behaved plugin's throughput beside one that loops until its
-/// deadline on every call.
+/// deadline on every call, against alone.
 async fn isolation_row(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::Result<()> {
     eprintln!("row 7: isolation");
-    let (pods, updates) = (sizes.churn_pods, sizes.churn_updates);
     let looping = "config = \"loop\"\n[limits]\ncall-timeout-ms = 100\n[failures]\nmax-restarts = 1000000\nrestart-backoff-ms = 10\n";
     let (mut alone, mut beside) = (Samples::default(), Samples::default());
     for _ in 0..repeat {
-        let one = [("good", probe(), noop_manifest())];
-        alone.push(kinformer_burst(&one, &["good"], pods, updates).await?.0);
-        let two = [("good", probe(), noop_manifest()), ("looping", hostile(), looping)];
-        beside.push(kinformer_burst(&two, &["good"], pods, updates).await?.0);
+        for (samples, plugins) in [
+            (&mut alone, vec![("good", probe(), manifest(Work::Noop))]),
+            (
+                &mut beside,
+                vec![("good", probe(), manifest(Work::Noop)), ("looping", hostile(), looping)],
+            ),
+        ] {
+            let server = quiet_cluster(sizes.churn_pods).await?;
+            let client = kube::Client::try_from(server.client_config())?;
+            let consumer = kinformer_consumer(client, &plugins, &["good"]).await?;
+            samples.push(saturated(&server, consumer, sizes.churn_updates).await?);
+            server.shutdown();
+        }
     }
     table.add(
-        "7. no-op plugin's deltas/s beside a plugin looping to its deadline (vs alone)",
+        "7. no-op plugin's deltas/s, writer flat out, beside a plugin looping to its deadline (vs alone)",
         beside.show(Unit::PerSecond),
         alone.show(Unit::PerSecond),
         beside.median() / alone.median(),
@@ -929,29 +1159,42 @@ async fn isolation_row(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyho
     Ok(())
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The churn, query and isolation rows at toy sizes: they run, and what
-    /// they compare agrees (the query row checks the plugin's answer against
-    /// the native scan's).
+    /// The churn consumers, the query and the isolation rows at toy sizes: they
+    /// run, and what they compare agrees (the query row checks the plugin's
+    /// answer against the native scan's).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_rows_run_at_toy_sizes() {
         let sizes = Sizes {
             sync_pods: vec![],
             churn_pods: 20,
             churn_updates: 100,
+            churn_rate: 1000.0,
             query_pods: 300,
             query_calls: 5,
             reloads: 1,
         };
+        // Each side consumes the same stream in this process (the benchmark
+        // runs them in child processes, which a test binary cannot be).
+        for side in [Side::Kinformer, Side::KubePod, Side::KubeDynamic] {
+            let server = quiet_cluster(sizes.churn_pods).await.unwrap();
+            let client = kube::Client::try_from(server.client_config()).unwrap();
+            let consumer = consumer(client, side, Work::Sum, 2).await.unwrap();
+            let rate = saturated(&server, consumer, sizes.churn_updates).await.unwrap();
+            assert!(rate > 0.0, "{side:?}: {rate}");
+            server.shutdown();
+        }
         let mut table = Table::default();
-        churn_rows(&mut table, &sizes, 1).await.unwrap();
         query_rows(&mut table, &sizes, 1).await.unwrap();
         isolation_row(&mut table, &sizes, 1).await.unwrap();
-        assert_eq!(table.0.len(), 6 + 3 + 1);
-        assert!(table.0.iter().all(|line| !line.ours.contains("NaN")), "{:?}", table.0.iter().map(|l| &l.ours).collect::<Vec<_>>());
+        assert_eq!(table.0.len(), 3 + 1);
+        assert!(
+            table.0.iter().all(|line| !line.ours.contains("NaN")),
+            "{:?}",
+            table.0.iter().map(|l| &l.ours).collect::<Vec<_>>()
+        );
     }
 }

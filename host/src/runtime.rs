@@ -451,6 +451,13 @@ impl Runtime {
         self.inner.status()
     }
 
+    /// True when every plugin handles deltas (none starting, restarting,
+    /// quarantined or failed).
+    #[must_use]
+    pub fn all_running(&self) -> bool {
+        self.status().iter().all(|status| status.state == PluginState::Running)
+    }
+
     /// How many plugin instances (stores) are alive.
     #[must_use]
     pub fn live_instances(&self) -> usize {

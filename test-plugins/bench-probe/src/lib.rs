@@ -76,7 +76,12 @@ fn run_queries(spec: &[String]) -> Result<()> {
     let started = Instant::now();
     let mut listed = 0;
     for _ in 0..n {
-        listed = cache::list(&pods).label_selector(selector.as_str()).fetch().map_err(Error::msg)?.objects.len();
+        listed = cache::list(&pods)
+            .label_selector(selector.as_str())
+            .fetch()
+            .map_err(Error::msg)?
+            .objects
+            .len();
     }
     let list_ns = mean(started);
     let started = Instant::now();
