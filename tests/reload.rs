@@ -12,27 +12,11 @@ use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
 use kinformer::sim::store::ResourceId;
 use kinformer::sim::workload::Workload;
 use kinformer_tests::runtime::{Logged, Logs, assert_record_matches_server, caught_up, cluster, server_changes, until};
+use plugin_artifacts::variant;
 
 /// The hostile test plugin's component.
 fn hostile() -> Vec<u8> {
-    let (_, bytes) = plugin_artifacts::TEST_PLUGINS
-        .iter()
-        .find(|(file, _)| *file == "hostile.wasm")
-        .unwrap();
-    bytes.to_vec()
-}
-
-/// The same component with a custom section appended: another file, another
-/// digest, the same behaviour.
-fn variant(bytes: &[u8], tag: u8) -> Vec<u8> {
-    let name = b"kinformer-test";
-    let mut variant = bytes.to_vec();
-    variant.push(0); // custom section
-    variant.push((1 + name.len() + 1) as u8);
-    variant.push(name.len() as u8);
-    variant.extend_from_slice(name);
-    variant.push(tag);
-    variant
+    plugin_artifacts::test_plugin("hostile.wasm").to_vec()
 }
 
 /// Publishes a file the way careful tools do: write a hidden temporary file,

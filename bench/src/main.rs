@@ -530,19 +530,11 @@ fn percentile(values: &[f64], p: f64) -> f64 {
 type Churned = (f64, f64, f64);
 
 fn probe() -> &'static [u8] {
-    plugin_artifacts::TEST_PLUGINS
-        .iter()
-        .find(|(file, _)| *file == "bench-probe.wasm")
-        .map(|(_, bytes)| *bytes)
-        .unwrap_or_default()
+    plugin_artifacts::test_plugin("bench-probe.wasm")
 }
 
 fn hostile() -> &'static [u8] {
-    plugin_artifacts::TEST_PLUGINS
-        .iter()
-        .find(|(file, _)| *file == "hostile.wasm")
-        .map(|(_, bytes)| *bytes)
-        .unwrap_or_default()
+    plugin_artifacts::test_plugin("hostile.wasm")
 }
 
 /// A consumer of the churn stream, synced and counting stamped changes.
@@ -1041,16 +1033,6 @@ async fn query_rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::
     Ok(())
 }
 
-/// The component with a custom section appended: another digest, same code.
-fn variant(bytes: &[u8], tag: u8) -> Vec<u8> {
-    let name = b"kinformer-bench";
-    let mut variant = bytes.to_vec();
-    variant.extend_from_slice(&[0, (name.len() + 2) as u8, name.len() as u8]);
-    variant.extend_from_slice(name);
-    variant.push(tag);
-    variant
-}
-
 /// Row 6: reload latency, from `reconcile` (the watch's debounce excluded) to
 /// the new version being live, compiling and with the precompiled cache.
 async fn reload_rows(table: &mut Table, sizes: &Sizes, _repeat: usize) -> anyhow::Result<()> {
@@ -1067,7 +1049,7 @@ async fn reload_rows(table: &mut Table, sizes: &Sizes, _repeat: usize) -> anyhow
         let config = RuntimeConfig::new(dir.path()).watch(false).cache_dir(cache_dir.path());
         let runtime = Runtime::start(client, config).await?;
         for reload in 1..=sizes.reloads {
-            let bytes = variant(probe(), reload as u8);
+            let bytes = plugin_artifacts::variant(probe(), reload as u8);
             let target = digest(&bytes);
             std::fs::write(&file, &bytes)?;
             let started = Instant::now();
