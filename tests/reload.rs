@@ -11,7 +11,9 @@ use kinformer::plugin::digest;
 use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
 use kinformer::sim::store::ResourceId;
 use kinformer::sim::workload::Workload;
-use kinformer_tests::runtime::{Logged, Logs, assert_record_matches_server, caught_up, cluster, server_changes, until};
+use kinformer_tests::runtime::{
+    Logged, Logs, assert_record_matches_server, caught_up, cluster, server_changes, status, until,
+};
 use plugin_artifacts::variant;
 
 /// The hostile test plugin's component.
@@ -32,11 +34,7 @@ fn manifest(config: &str) -> String {
 }
 
 fn plugin(runtime: &Runtime, name: &str) -> PluginStatus {
-    runtime
-        .status()
-        .into_iter()
-        .find(|status| status.name == name)
-        .unwrap_or_else(|| panic!("no plugin {name}"))
+    status(&runtime.status(), name).clone()
 }
 
 /// Waits until `name` runs the file with `digest`, reloaded `reloads` times.

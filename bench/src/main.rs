@@ -318,11 +318,24 @@ fn resident_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-/// In a child process: syncs every pod with one side, reports JSON.
-async fn sync_child(side: Side, kubeconfig: &Path) -> anyhow::Result<()> {
+/// A client for the cluster of a kubeconfig file.
+async fn client_for(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     let file = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?;
-    let client = kube::Client::try_from(config)?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// How a value is spelled on the command line.
+fn arg_name(value: &impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map(|value| value.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+/// In a child process: syncs every pod with one side, reports JSON.
+async fn sync_child(side: Side, kubeconfig: &Path) -> anyhow::Result<()> {
+    let client = client_for(kubeconfig).await?;
     let before = resident_bytes();
     let started = Instant::now();
     let (objects, cached_bytes, keep): (usize, usize, Box<dyn std::any::Any>) = match side {
@@ -395,11 +408,7 @@ async fn sync_rows(table: &mut Table, pods: usize, repeat: usize) -> anyhow::Res
             let mut command = std::process::Command::new(&exe);
             command
                 .args(["sync", "--side"])
-                .arg(
-                    side.to_possible_value()
-                        .map(|v| v.get_name().to_owned())
-                        .unwrap_or_default(),
-                )
+                .arg(arg_name(&side))
                 .arg("--kubeconfig")
                 .arg(&kubeconfig);
             let output = tokio::task::block_in_place(|| command.output())?;
@@ -545,6 +554,22 @@ struct Consumer {
 }
 
 impl Consumer {
+    /// Waits until every counted plugin saw `updates` stamped changes.
+    async fn wait_for(&self, updates: usize) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !self
+            .arrivals
+            .iter()
+            .all(|arrivals| arrivals.lock().map(|a| a.latencies.len() >= updates).unwrap_or(false))
+        {
+            if Instant::now() > deadline {
+                bail!("the consumer did not see all {updates} changes");
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+
     async fn stop(self) {
         if let Some(runtime) = self.runtime {
             runtime.shutdown().await;
@@ -723,22 +748,11 @@ fn cpu_seconds() -> f64 {
 /// the CPU it spent and the latencies, as JSON.
 async fn churn_child(side: Side, work: Work, plugins: usize, updates: usize, kubeconfig: &Path) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let file = kube::config::Kubeconfig::read_from(kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?;
-    let consumer = consumer(kube::Client::try_from(config)?, side, work, plugins).await?;
+    let consumer = consumer(client_for(kubeconfig).await?, side, work, plugins).await?;
     let cpu = cpu_seconds();
     println!("ready");
     std::io::stdout().flush()?;
-    loop {
-        let complete = consumer
-            .arrivals
-            .iter()
-            .all(|arrivals| arrivals.lock().map(|a| a.latencies.len() >= updates).unwrap_or(false));
-        if complete {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    consumer.wait_for(updates).await?;
     let cpu = cpu_seconds() - cpu;
     let mut latencies = Vec::new();
     for arrivals in &consumer.arrivals {
@@ -768,14 +782,7 @@ async fn churn_run(side: Side, work: Work, plugins: usize, sizes: &Sizes) -> any
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig)?;
-    let side_name = side
-        .to_possible_value()
-        .map(|v| v.get_name().to_owned())
-        .unwrap_or_default();
-    let work_name = work
-        .to_possible_value()
-        .map(|v| v.get_name().to_owned())
-        .unwrap_or_default();
+    let (side_name, work_name) = (arg_name(&side), arg_name(&work));
     let mut child = std::process::Command::new(std::env::current_exe()?)
         .args(["churn", "--side", &side_name, "--work", &work_name])
         .args([
@@ -1089,17 +1096,7 @@ async fn reload_rows(table: &mut Table, sizes: &Sizes, _repeat: usize) -> anyhow
 async fn saturated(server: &ApiServer, consumer: Consumer, updates: usize) -> anyhow::Result<f64> {
     let started = Instant::now();
     write_paced(server, updates, f64::INFINITY).await?;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !consumer
-        .arrivals
-        .iter()
-        .all(|arrivals| arrivals.lock().map(|a| a.latencies.len() >= updates).unwrap_or(false))
-    {
-        if Instant::now() > deadline {
-            bail!("the consumer did not see all {updates} changes");
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    consumer.wait_for(updates).await?;
     let last = consumer
         .arrivals
         .iter()

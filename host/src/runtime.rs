@@ -41,7 +41,8 @@ use crate::informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
 use crate::manifest::{MAX_RESTART_BACKOFF, Manifest, OnError};
 use crate::one_line;
 use crate::plugin::{
-    EngineOptions, LogLine, LogSink, PluginComponent, PluginEngine, PluginInstance, PluginOptions, Registration, digest,
+    EngineOptions, LogLine, LogSink, PluginComponent, PluginEngine, PluginInstance, PluginOptions, Registration,
+    digest, plugin_name,
 };
 use crate::processor::{Handler, HandlerOptions};
 use crate::selector::Selector;
@@ -313,11 +314,6 @@ impl PluginStatus {
             "rollbacks": self.rollbacks,
         })
     }
-}
-
-fn plugin_name(file: &Path) -> String {
-    file.file_stem()
-        .map_or_else(|| "plugin".into(), |stem| stem.to_string_lossy().into_owned())
 }
 
 type SharedStatus = Arc<Mutex<PluginStatus>>;
@@ -705,16 +701,8 @@ impl Inner {
             Some(component) => component,
             None => {
                 let engine = self.engine.clone();
-                let (plugin, bytes, file) = (name.to_owned(), desired.bytes.clone(), desired.file.clone());
-                let compiled = blocking(move || {
-                    engine.load_bytes(&plugin, &bytes).map_err(|error| match error {
-                        crate::plugin::Error::Compile { source, .. } => {
-                            crate::plugin::Error::Compile { path: file, source }
-                        }
-                        other => other,
-                    })
-                })
-                .await;
+                let (bytes, file) = (desired.bytes.clone(), desired.file.clone());
+                let compiled = blocking(move || engine.load_file_bytes(&file, &bytes)).await;
                 match compiled {
                     Ok(component) => component,
                     Err(error) => {
@@ -1069,6 +1057,11 @@ fn attach(name: &str, generation: &Generation, mut previous: Vec<Attached>) -> (
     (attached, replay)
 }
 
+/// `base` doubled `doublings` times, at most [`MAX_RESTART_BACKOFF`].
+fn doubled(base: Duration, doublings: u32) -> Duration {
+    base.saturating_mul(1 << doublings.min(16)).min(MAX_RESTART_BACKOFF)
+}
+
 /// How long after a swap a failing new version is rolled back.
 const PROBATION: Duration = Duration::from_secs(30);
 /// Failures within the probation that roll a new version back.
@@ -1175,11 +1168,8 @@ impl Worker {
                     pending.clear();
                     continue;
                 }
-                let exponent = u32::try_from(failures.len().saturating_sub(1)).unwrap_or(16).min(16);
-                let backoff = policy
-                    .restart_backoff
-                    .saturating_mul(1 << exponent)
-                    .min(MAX_RESTART_BACKOFF);
+                let doublings = u32::try_from(failures.len().saturating_sub(1)).unwrap_or(u32::MAX);
+                let backoff = doubled(policy.restart_backoff, doublings);
                 update(&self.status, |status| status.state = PluginState::Restarting);
                 tracing::warn!(plugin = %self.name, backoff_ms = backoff.as_millis() as u64, "restarting the plugin after a failure");
                 if self.sleep(backoff) {
@@ -1400,10 +1390,7 @@ impl Worker {
                         update(&self.status, |status| status.skipped += count);
                         return Delivery::Done;
                     }
-                    let backoff = policy
-                        .retry_backoff
-                        .saturating_mul(1 << attempt.min(16))
-                        .min(MAX_RESTART_BACKOFF);
+                    let backoff = doubled(policy.retry_backoff, attempt);
                     attempt += 1;
                     tracing::info!(plugin = %self.name, attempt, %message, "batch rejected; retrying");
                     update(&self.status, |status| status.retries += 1);

@@ -303,16 +303,25 @@ impl PluginEngine {
     /// [`Error::Compile`] when the file cannot be read or is not a component, and
     /// [`Error::Link`] when it does not implement the plugin world.
     pub fn load_file(&self, path: &Path) -> Result<PluginComponent> {
-        let compile_error = |source| Error::Compile {
+        let bytes = std::fs::read(path).map_err(|error| Error::Compile {
             path: path.to_owned(),
-            source,
-        };
-        let bytes = std::fs::read(path).map_err(|error| compile_error(error.into()))?;
-        let name = path
-            .file_stem()
-            .map_or_else(|| "plugin".into(), |stem| stem.to_string_lossy().into_owned());
-        self.load_bytes(&name, &bytes).map_err(|error| match error {
-            Error::Compile { source, .. } => compile_error(source),
+            source: error.into(),
+        })?;
+        self.load_file_bytes(path, &bytes)
+    }
+
+    /// Compiles the bytes already read from the file `path`: named and reported
+    /// as [`PluginEngine::load_file`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`PluginEngine::load_file`].
+    pub fn load_file_bytes(&self, path: &Path, bytes: &[u8]) -> Result<PluginComponent> {
+        self.load_bytes(&plugin_name(path), bytes).map_err(|error| match error {
+            Error::Compile { source, .. } => Error::Compile {
+                path: path.to_owned(),
+                source,
+            },
             other => other,
         })
     }
@@ -355,6 +364,13 @@ impl PluginEngine {
             pre,
         })
     }
+}
+
+/// A plugin's name: its file's stem (`shop-policy.wasm` → `shop-policy`).
+#[must_use]
+pub fn plugin_name(path: &Path) -> String {
+    path.file_stem()
+        .map_or_else(|| "plugin".into(), |stem| stem.to_string_lossy().into_owned())
 }
 
 /// The SHA-256 digest of a plugin file, in hex.
