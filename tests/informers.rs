@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use apiserver_sim::store::{Filter, ListOptions, PatchType, Preconditions, ResourceId};
+use apiserver_sim::{ApiServer, SimConfig};
 use kinformer::delta::DeltaType;
 use kinformer::informer::{InformerKey, SharedInformerFactory};
-use kinformer::processor::HandlerOptions;
-use kinformer::sim::store::{Filter, ListOptions, PatchType, Preconditions, ResourceId};
-use kinformer::sim::{ApiServer, SimConfig};
+use kinformer::processor::ListenerOptions;
 use kube::api::GroupVersionKind;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -91,10 +91,10 @@ async fn the_cache_and_every_handler_converge_on_the_server_state_through_faults
             .unwrap();
     }
     let informer = factory.informer(configmaps_key()).await.unwrap();
-    let fast = informer.add_handler("fast", &HandlerOptions::default());
+    let fast = informer.add_listener("fast", &ListenerOptions::default());
     // A handler with a tiny queue that reads slowly: it overflows into catch-up.
-    let slow = informer.add_handler("slow", &HandlerOptions::default().queue_capacity(16));
-    let consume = |mut handler: kinformer::processor::Handler, pause: Duration| {
+    let slow = informer.add_listener("slow", &ListenerOptions::default().queue_capacity(16));
+    let consume = |mut handler: kinformer::processor::Listener, pause: Duration| {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let record = Arc::clone(&seen);
         let task = tokio::spawn(async move {

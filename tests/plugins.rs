@@ -193,10 +193,11 @@ fn a_component_of_another_world_is_rejected_naming_the_world() {
 async fn the_demo_runs_the_example_plugins_against_the_emulated_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().join("plugins");
-    kinformer::demo::write_plugins(&plugins, plugin_artifacts::ALL).unwrap();
+    kinformer_cli::demo::write_plugins(&plugins, plugin_artifacts::ALL).unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let config = kinformer::demo::DemoConfig::new(&plugins, &kubeconfig).duration(std::time::Duration::from_secs(4));
-    let plugins = kinformer::demo::run(&config).await.unwrap();
+    let config =
+        kinformer_cli::demo::DemoConfig::new(&plugins, &kubeconfig).duration(std::time::Duration::from_secs(4));
+    let plugins = kinformer_cli::demo::run(&config).await.unwrap();
     assert!(
         std::fs::read_to_string(&kubeconfig)
             .unwrap()

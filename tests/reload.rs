@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use apiserver_sim::store::ResourceId;
+use apiserver_sim::workload::Workload;
 use kinformer::plugin::digest;
 use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
-use kinformer::sim::store::ResourceId;
-use kinformer::sim::workload::Workload;
 use kinformer_tests::runtime::{
     Logged, Logs, assert_record_matches_server, caught_up, cluster, server_changes, status, until,
 };

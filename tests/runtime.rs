@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use apiserver_sim::store::ResourceId;
+use apiserver_sim::workload::Workload;
 use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
-use kinformer::sim::store::ResourceId;
-use kinformer::sim::workload::Workload;
 use kinformer_tests::runtime::{
     Logged, Logs, assert_record_matches_server, caught_up, cluster, install, server_changes, status, until,
 };

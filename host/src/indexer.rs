@@ -17,147 +17,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::grant::Scope;
+use crate::index::{FieldPath, IndexError, LABEL_INDEX_PREFIX, NAMESPACE_INDEX, OWNER_INDEX, check_definition};
 use crate::object::CachedObject;
 use crate::selector::Selector;
-
-/// The built-in index of objects by namespace.
-pub const NAMESPACE_INDEX: &str = "namespace";
-/// The built-in index of objects by the uids of their owners.
-pub const OWNER_INDEX: &str = "owner";
-/// The prefix of the built-in label indexes: `label:app` indexes label `app`.
-pub const LABEL_INDEX_PREFIX: &str = "label:";
-
-/// The longest index name accepted.
-pub const MAX_INDEX_NAME_LEN: usize = 253;
-
-/// The namespaces a reader may see. Cluster-scoped objects (no namespace) are in
-/// every scope: a scope restricts namespaced objects only.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Scope(Option<Arc<BTreeSet<String>>>);
-
-impl Scope {
-    /// Every namespace.
-    #[must_use]
-    pub fn all() -> Self {
-        Self(None)
-    }
-
-    /// Only these namespaces.
-    #[must_use]
-    pub fn only(namespaces: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        Self(Some(Arc::new(namespaces.into_iter().map(Into::into).collect())))
-    }
-
-    /// True when every namespace is in scope.
-    #[must_use]
-    pub fn is_all(&self) -> bool {
-        self.0.is_none()
-    }
-
-    /// The namespaces in scope, `None` for all.
-    #[must_use]
-    pub fn namespaces(&self) -> Option<&BTreeSet<String>> {
-        self.0.as_deref()
-    }
-
-    /// True when `namespace` is in scope.
-    #[must_use]
-    pub fn allows(&self, namespace: &str) -> bool {
-        self.0.as_ref().is_none_or(|namespaces| namespaces.contains(namespace))
-    }
-
-    /// True when the object is in scope.
-    #[must_use]
-    pub fn contains(&self, object: &CachedObject) -> bool {
-        object.namespace().is_none_or(|namespace| self.allows(namespace))
-    }
-
-    /// True when the object with this cache key (`namespace/name`, or `name` for
-    /// cluster-scoped objects) is in scope.
-    #[must_use]
-    pub fn contains_key(&self, key: &str) -> bool {
-        key.split_once('/').is_none_or(|(namespace, _)| self.allows(namespace))
-    }
-
-    /// The narrower of the two scopes (their intersection).
-    #[must_use]
-    pub fn intersect(&self, other: &Self) -> Self {
-        match (&self.0, &other.0) {
-            (None, _) => other.clone(),
-            (_, None) => self.clone(),
-            (Some(a), Some(b)) => Self(Some(Arc::new(a.intersection(b).cloned().collect()))),
-        }
-    }
-}
-
-/// Why an index could not be added or queried.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IndexError {
-    /// No index of that name exists.
-    #[error("no index named {0:?}")]
-    Unknown(String),
-    /// The name is empty, too long, or taken by a built-in index.
-    #[error("invalid index name {0:?}: {1}")]
-    InvalidName(String, &'static str),
-    /// An index of that name exists with another definition.
-    #[error("index {0:?} already exists with another field path")]
-    Conflict(String),
-    /// The field path is malformed.
-    #[error("invalid field path {0:?}: want dotted field names such as spec.nodeName")]
-    InvalidFieldPath(String),
-}
-
-/// A dotted path into an object's JSON (`spec.nodeName`); lists along the way are
-/// entered element by element, so `spec.containers.image` yields every image.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldPath {
-    segments: Vec<String>,
-}
-
-impl FieldPath {
-    /// Parses `a.b.c`.
-    ///
-    /// # Errors
-    ///
-    /// When a segment is empty, or the path is over 256 bytes or 16 segments.
-    pub fn parse(path: &str) -> Result<Self, IndexError> {
-        let segments: Vec<String> = path.split('.').map(str::to_owned).collect();
-        if path.len() > 256 || segments.len() > 16 || segments.iter().any(String::is_empty) {
-            return Err(IndexError::InvalidFieldPath(path.chars().take(100).collect()));
-        }
-        Ok(Self { segments })
-    }
-
-    /// The scalar values at this path (strings, numbers and booleans as strings).
-    #[must_use]
-    pub fn values(&self, value: &serde_json::Value) -> Vec<String> {
-        let mut found = Vec::new();
-        collect(value, &self.segments, &mut found);
-        found
-    }
-}
-
-impl std::fmt::Display for FieldPath {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.segments.join("."))
-    }
-}
-
-fn collect(value: &serde_json::Value, path: &[String], found: &mut Vec<String>) {
-    use serde_json::Value;
-    match (value, path.split_first()) {
-        (Value::Array(items), _) => items.iter().for_each(|item| collect(item, path, found)),
-        (Value::Object(fields), Some((first, rest))) => {
-            if let Some(field) = fields.get(first) {
-                collect(field, rest, found);
-            }
-        }
-        (Value::String(s), None) => found.push(s.clone()),
-        (Value::Number(n), None) => found.push(n.to_string()),
-        (Value::Bool(b), None) => found.push(b.to_string()),
-        _ => {}
-    }
-}
 
 /// How an index computes an object's values.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -566,14 +429,7 @@ impl IndexerWriter {
 
 /// Adds a field index; see [`IndexerWriter::add_index`].
 fn add_index(inner: &RwLock<Inner>, name: &str, field_path: &str) -> Result<(), IndexError> {
-    let invalid = |why| Err(IndexError::InvalidName(name.chars().take(100).collect(), why));
-    if name.is_empty() || name.len() > MAX_INDEX_NAME_LEN {
-        return invalid("must be 1 to 253 bytes");
-    }
-    if name == NAMESPACE_INDEX || name == OWNER_INDEX || name.starts_with(LABEL_INDEX_PREFIX) {
-        return invalid("taken by a built-in index");
-    }
-    let func = IndexFunc::Field(FieldPath::parse(field_path)?);
+    let func = IndexFunc::Field(check_definition(name, field_path)?);
     let mut inner = inner.write().unwrap_or_else(PoisonError::into_inner);
     if let Some(existing) = inner.indexes.get(name) {
         return if existing.func == func {

@@ -3,7 +3,7 @@
 //!
 //! [`SharedInformerFactory::informer`] returns the running informer for a key or
 //! starts one: a Reflector filling an Indexer, and a SharedProcessor fanning its
-//! deltas out to handlers. Clones of a [`SharedIndexInformer`] are subscriptions;
+//! deltas out to listeners. Clones of a [`SharedIndexInformer`] are subscriptions;
 //! when the last one is dropped, the watch stops and the cache is freed.
 
 use std::collections::HashMap;
@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use kube::api::GroupVersionKind;
 
-use crate::indexer::{IndexError, Indexer, indexer};
+use crate::index::IndexError;
+use crate::indexer::{Indexer, indexer};
 use crate::object::Transform;
-use crate::processor::{Handler, HandlerOptions, SharedProcessor};
+use crate::processor::{Listener, ListenerOptions, SharedProcessor};
 use crate::reflector::{Reflector, ReflectorConfig, ReflectorStatus, WatchErrorHook};
 
 /// Why an informer could not start.
@@ -121,10 +122,10 @@ impl SharedIndexInformer {
         self.running.status.watch_errors()
     }
 
-    /// Adds a handler; it gets the cache as an initial list, then live deltas.
+    /// Adds a listener; it gets the cache as an initial list, then live deltas.
     #[must_use]
-    pub fn add_handler(&self, name: &str, options: &HandlerOptions) -> Handler {
-        self.running.processor.add_handler(name, options)
+    pub fn add_listener(&self, name: &str, options: &ListenerOptions) -> Listener {
+        self.running.processor.add_listener(name, options)
     }
 
     /// Adds a field index to the cache, back-filled.

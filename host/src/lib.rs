@@ -9,18 +9,18 @@
 
 pub mod caches;
 pub mod delta;
-pub mod demo;
+pub mod grant;
+pub mod index;
 pub mod indexer;
 pub mod informer;
+pub mod limits;
 pub mod manifest;
 pub mod object;
 pub mod plugin;
 pub mod processor;
 pub mod reflector;
+pub mod registration;
 pub mod runtime;
-
-/// The embedded Kubernetes API server emulation.
-pub use apiserver_sim as sim;
 
 /// Kubernetes label selectors.
 pub use kinformer_selector as selector;

@@ -1,4 +1,5 @@
-//! Plugin manifests: what the operator grants a plugin, its limits and its config.
+//! The manifest file format: what the operator grants a plugin, its limits and
+//! its config, read from `NAME.toml` beside `NAME.wasm`.
 //!
 //! A plugin `NAME.wasm` may have a manifest `NAME.toml` beside it, written by the
 //! operator (never by the plugin's author alone: it is the plugin's sandbox).
@@ -41,11 +42,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube::api::GroupVersionKind;
 use serde::Deserialize;
 
-use crate::indexer::Scope;
-use crate::plugin::{PluginOptions, QueryLimits};
+use crate::grant::Grant;
+use crate::limits::{FailurePolicy, Limits, MAX_MEMORY_MIB, MAX_RESTART_BACKOFF, OnError};
 
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
@@ -81,203 +81,6 @@ pub struct Manifest {
     /// What happens when it fails.
     pub failures: FailurePolicy,
 }
-
-/// Which resources and namespaces a plugin may watch and read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    resources: Option<Vec<ResourcePattern>>,
-    namespaces: Scope,
-}
-
-impl Default for Grant {
-    /// The default grant: every resource but `v1/Secret`, every namespace.
-    fn default() -> Self {
-        Self {
-            resources: None,
-            namespaces: Scope::all(),
-        }
-    }
-}
-
-impl Grant {
-    /// A grant of exactly these resources (`apiVersion/Kind` patterns) in these
-    /// namespaces (`*` for all).
-    ///
-    /// # Errors
-    ///
-    /// When a pattern is malformed.
-    pub fn new<'a>(
-        resources: impl IntoIterator<Item = &'a str>,
-        namespaces: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Self, String> {
-        let resources = resources
-            .into_iter()
-            .map(ResourcePattern::parse)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self {
-            resources: Some(resources),
-            namespaces: namespaces_scope(namespaces),
-        })
-    }
-
-    /// True when the plugin may watch and read `gvk`.
-    #[must_use]
-    pub fn allows_resource(&self, gvk: &GroupVersionKind) -> bool {
-        match &self.resources {
-            None => !(gvk.group.is_empty() && gvk.version == "v1" && gvk.kind == "Secret"),
-            Some(patterns) => patterns.iter().any(|pattern| pattern.matches(gvk)),
-        }
-    }
-
-    /// The namespaces the plugin may see.
-    #[must_use]
-    pub fn namespaces(&self) -> &Scope {
-        &self.namespaces
-    }
-
-    /// This grant narrowed to `scope` (the host's own namespace, say).
-    #[must_use]
-    pub fn within(mut self, scope: &Scope) -> Self {
-        self.namespaces = self.namespaces.intersect(scope);
-        self
-    }
-}
-
-fn namespaces_scope<'a>(namespaces: impl IntoIterator<Item = &'a str>) -> Scope {
-    let namespaces: Vec<&str> = namespaces.into_iter().collect();
-    if namespaces.contains(&"*") {
-        Scope::all()
-    } else {
-        Scope::only(namespaces)
-    }
-}
-
-/// `apiVersion/Kind`, where either may be `*`; `*` alone is everything.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ResourcePattern {
-    api_version: Option<String>,
-    kind: Option<String>,
-}
-
-impl ResourcePattern {
-    fn parse(pattern: &str) -> Result<Self, String> {
-        let wild = |part: &str| (part != "*").then(|| part.to_owned());
-        if pattern == "*" {
-            return Ok(Self {
-                api_version: None,
-                kind: None,
-            });
-        }
-        match pattern.rsplit_once('/') {
-            Some((api_version, kind)) if !api_version.is_empty() && !kind.is_empty() => Ok(Self {
-                api_version: wild(api_version),
-                kind: wild(kind),
-            }),
-            _ => Err(format!(
-                "resource {pattern:?}: want apiVersion/Kind (v1/Pod, apps/v1/Deployment, apps/v1/*) or *"
-            )),
-        }
-    }
-
-    fn matches(&self, gvk: &GroupVersionKind) -> bool {
-        self.api_version.as_ref().is_none_or(|v| *v == gvk.api_version())
-            && self.kind.as_ref().is_none_or(|kind| *kind == gvk.kind)
-    }
-}
-
-/// A plugin's limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// The longest one `init` or `handle` call may run.
-    pub call_timeout: Duration,
-    /// The most linear memory, in bytes.
-    pub memory_bytes: usize,
-    /// Objects per cache query.
-    pub query_objects: usize,
-    /// Bytes of JSON per cache query.
-    pub query_bytes: usize,
-    /// Log lines per second.
-    pub log_lines_per_second: u32,
-    /// Deltas queued per handler before catch-up mode.
-    pub queue_capacity: usize,
-    /// Deltas per `handle` call at most.
-    pub max_batch: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        let options = PluginOptions::default();
-        Self {
-            call_timeout: options.call_timeout,
-            memory_bytes: options.max_memory_bytes,
-            query_objects: options.query_limits.max_objects,
-            query_bytes: options.query_limits.max_bytes,
-            log_lines_per_second: options.log_lines_per_second,
-            queue_capacity: 4096,
-            max_batch: 64,
-        }
-    }
-}
-
-impl Limits {
-    /// The instance options these limits make.
-    #[must_use]
-    pub fn plugin_options(&self) -> PluginOptions {
-        PluginOptions {
-            call_timeout: self.call_timeout,
-            max_memory_bytes: self.memory_bytes,
-            query_limits: QueryLimits {
-                max_objects: self.query_objects,
-                max_bytes: self.query_bytes,
-            },
-            log_lines_per_second: self.log_lines_per_second,
-            ..PluginOptions::default()
-        }
-    }
-}
-
-/// What to do with a batch the plugin rejects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OnError {
-    /// Deliver it again, with backoff, up to `retries` times; then skip it.
-    Retry,
-    /// Skip it (counted and logged).
-    Skip,
-}
-
-/// How failures are handled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FailurePolicy {
-    /// A batch `handle` returned an error for.
-    pub on_error: OnError,
-    /// Deliveries of one batch after the first, when retrying.
-    pub retries: u32,
-    /// The first retry's delay; it doubles per retry.
-    pub retry_backoff: Duration,
-    /// The first restart's delay after a trap; it doubles per restart, to 30 s.
-    pub restart_backoff: Duration,
-    /// Traps within the window that quarantine the plugin.
-    pub max_restarts: u32,
-    /// The window traps are counted in.
-    pub restart_window: Duration,
-}
-
-impl Default for FailurePolicy {
-    fn default() -> Self {
-        Self {
-            on_error: OnError::Retry,
-            retries: 5,
-            retry_backoff: Duration::from_millis(100),
-            restart_backoff: Duration::from_millis(200),
-            max_restarts: 5,
-            restart_window: Duration::from_secs(300),
-        }
-    }
-}
-
-/// The longest restart delay.
-pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The file layout of a manifest.
 #[derive(Debug, Default, Deserialize)]
@@ -318,9 +121,6 @@ struct FailuresFile {
     max_restarts: Option<u32>,
     restart_window_seconds: Option<u64>,
 }
-
-/// The most memory a manifest may grant, in MiB.
-pub const MAX_MEMORY_MIB: u64 = 1024;
 
 impl Manifest {
     /// The manifest path of a plugin file: `NAME.wasm` → `NAME.toml`.
@@ -367,22 +167,14 @@ impl Manifest {
             ..Self::default()
         };
         if let Some(grant) = file.grant {
-            let resources = grant
-                .resources
-                .map(|patterns| {
-                    patterns
-                        .iter()
-                        .map(|pattern| ResourcePattern::parse(pattern))
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .transpose()
-                .map_err(|message| invalid(format!("grant.resources: {message}")))?;
-            manifest.grant = Grant {
-                resources,
-                namespaces: grant
-                    .namespaces
-                    .map_or_else(Scope::all, |names| namespaces_scope(names.iter().map(String::as_str))),
-            };
+            fn strs(names: &[String]) -> Vec<&str> {
+                names.iter().map(String::as_str).collect()
+            }
+            manifest.grant = Grant::from_parts(
+                grant.resources.as_deref().map(strs),
+                grant.namespaces.as_deref().map(strs),
+            )
+            .map_err(|message| invalid(format!("grant.resources: {message}")))?;
         }
         let limits = file.limits.unwrap_or_default();
         let defaults = Limits::default();
@@ -464,6 +256,8 @@ fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grant::Scope;
+    use kube::api::GroupVersionKind;
 
     fn parse(text: &str) -> Result<Manifest, Error> {
         Manifest::parse(Path::new("p.toml"), text)

@@ -1,13 +1,13 @@
-//! The SharedProcessor: fans each delta of one informer out to its handlers, each
-//! through its own bounded queue, so one handler's slowness never slows another.
+//! The SharedProcessor: fans each delta of one informer out to its listeners, each
+//! through its own bounded queue, so one listener's slowness never slows another.
 //!
-//! A handler added to an informer first receives the current cache as `Added`
-//! deltas flagged initial-list, then live deltas. When a handler's queue
-//! overflows, the handler is switched to catch-up mode: its backlog is dropped,
+//! A listener added to an informer first receives the current cache as `Added`
+//! deltas flagged initial-list, then live deltas. When a listener's queue
+//! overflows, the listener is switched to catch-up mode: its backlog is dropped,
 //! and when it next asks for deltas it receives one snapshot of the current cache
 //! as `Replaced` deltas, plus `Deleted` tombstones for objects it was told about
 //! that are gone. Memory stays bounded and no final state is lost; overflows are
-//! counted and logged. A handler may also ask for a periodic resync, which queues
+//! counted and logged. A listener may also ask for a periodic resync, which queues
 //! a `Sync` delta for every cached object, and may be narrowed to a [`Scope`] of
 //! namespaces: it is then told of nothing outside them, snapshots included.
 
@@ -20,21 +20,22 @@ use kube::api::GroupVersionKind;
 use tokio::sync::Notify;
 
 use crate::delta::{Delta, DeltaType};
-use crate::indexer::{Indexer, Scope};
+use crate::grant::Scope;
+use crate::indexer::Indexer;
 use crate::object::CachedObject;
 
-/// Settings of one handler.
+/// Settings of one listener.
 #[derive(Debug, Clone)]
-pub struct HandlerOptions {
-    /// Deltas queued at most before the handler is switched to catch-up mode.
+pub struct ListenerOptions {
+    /// Deltas queued at most before the listener is switched to catch-up mode.
     pub queue_capacity: usize,
     /// Queue a `Sync` delta for every cached object at this period.
     pub resync: Option<Duration>,
-    /// The namespaces whose objects the handler is told about.
+    /// The namespaces whose objects the listener is told about.
     pub scope: Scope,
 }
 
-impl Default for HandlerOptions {
+impl Default for ListenerOptions {
     fn default() -> Self {
         Self {
             queue_capacity: 4096,
@@ -44,22 +45,22 @@ impl Default for HandlerOptions {
     }
 }
 
-impl HandlerOptions {
-    /// Sets [`HandlerOptions::queue_capacity`].
+impl ListenerOptions {
+    /// Sets [`ListenerOptions::queue_capacity`].
     #[must_use]
     pub fn queue_capacity(mut self, capacity: usize) -> Self {
         self.queue_capacity = capacity.max(1);
         self
     }
 
-    /// Sets [`HandlerOptions::scope`].
+    /// Sets [`ListenerOptions::scope`].
     #[must_use]
     pub fn scope(mut self, scope: Scope) -> Self {
         self.scope = scope;
         self
     }
 
-    /// Sets [`HandlerOptions::resync`].
+    /// Sets [`ListenerOptions::resync`].
     #[must_use]
     pub fn resync(mut self, period: Duration) -> Self {
         self.resync = Some(period);
@@ -67,12 +68,12 @@ impl HandlerOptions {
     }
 }
 
-/// What a handler's next batch starts with.
+/// What a listener's next batch starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Snapshot {
     /// Nothing: take from the queue.
     None,
-    /// The cache as `Added`, flagged initial-list (a new handler).
+    /// The cache as `Added`, flagged initial-list (a new listener).
     Initial,
     /// The cache as `Replaced`, plus tombstones (after an overflow).
     CatchUp,
@@ -88,7 +89,7 @@ struct QueueState {
 }
 
 #[derive(Debug)]
-struct HandlerQueue {
+struct ListenerQueue {
     name: String,
     capacity: usize,
     scope: Scope,
@@ -99,7 +100,7 @@ struct HandlerQueue {
     synced: AtomicBool,
 }
 
-impl HandlerQueue {
+impl ListenerQueue {
     fn lock(&self) -> MutexGuard<'_, QueueState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -124,9 +125,9 @@ impl HandlerQueue {
             self.overflows.fetch_add(1, Ordering::Relaxed);
             self.dropped.fetch_add(dropped, Ordering::Relaxed);
             tracing::warn!(
-                handler = %self.name,
+                listener = %self.name,
                 capacity = self.capacity,
-                "handler queue overflowed: backlog dropped, catching up from the cache"
+                "listener queue overflowed: backlog dropped, catching up from the cache"
             );
         } else {
             state.deltas.push_back(delta);
@@ -139,13 +140,13 @@ impl HandlerQueue {
 #[derive(Debug)]
 struct Registered {
     id: u64,
-    queue: Arc<HandlerQueue>,
+    queue: Arc<ListenerQueue>,
     resync: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// Counters of one handler.
+/// Counters of one listener.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HandlerStats {
+pub struct ListenerStats {
     /// Deltas waiting in the queue.
     pub queued: usize,
     /// Times the queue overflowed into catch-up mode.
@@ -154,12 +155,12 @@ pub struct HandlerStats {
     pub dropped: u64,
 }
 
-/// Fans the deltas of one informer out to its handlers.
+/// Fans the deltas of one informer out to its listeners.
 #[derive(Debug)]
 pub struct SharedProcessor {
     gvk: Arc<GroupVersionKind>,
     cache: Indexer,
-    handlers: Mutex<Vec<Registered>>,
+    listeners: Mutex<Vec<Registered>>,
     next_id: AtomicU64,
 }
 
@@ -170,28 +171,28 @@ impl SharedProcessor {
         Self {
             gvk: Arc::new(gvk),
             cache,
-            handlers: Mutex::new(Vec::new()),
+            listeners: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
         }
     }
 
-    fn handlers(&self) -> MutexGuard<'_, Vec<Registered>> {
-        self.handlers.lock().unwrap_or_else(PoisonError::into_inner)
+    fn listeners(&self) -> MutexGuard<'_, Vec<Registered>> {
+        self.listeners.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Hands a delta to every handler. Never blocks on a handler.
+    /// Hands a delta to every listener. Never blocks on a listener.
     pub fn distribute(&self, delta: &Delta) {
-        for handler in self.handlers().iter() {
-            handler.queue.push(delta.clone());
+        for listener in self.listeners().iter() {
+            listener.queue.push(delta.clone());
         }
     }
 
-    /// Adds a handler named `name` (for logs). It first receives the current
+    /// Adds a listener named `name` (for logs). It first receives the current
     /// cache as an initial list.
     ///
     /// A resync period needs a Tokio runtime.
-    pub fn add_handler(self: &Arc<Self>, name: &str, options: &HandlerOptions) -> Handler {
-        let queue = Arc::new(HandlerQueue {
+    pub fn add_listener(self: &Arc<Self>, name: &str, options: &ListenerOptions) -> Listener {
+        let queue = Arc::new(ListenerQueue {
             name: name.to_owned(),
             capacity: options.queue_capacity.max(1),
             scope: options.scope.clone(),
@@ -223,13 +224,13 @@ impl SharedProcessor {
                 }
             })
         });
-        self.handlers().push(Registered {
+        self.listeners().push(Registered {
             id,
             queue: Arc::clone(&queue),
             resync,
         });
         queue.ready.notify_one();
-        Handler {
+        Listener {
             id,
             queue,
             processor: Arc::clone(self),
@@ -237,40 +238,40 @@ impl SharedProcessor {
         }
     }
 
-    /// The number of handlers.
+    /// The number of listeners.
     #[must_use]
-    pub fn handler_count(&self) -> usize {
-        self.handlers().len()
+    pub fn listener_count(&self) -> usize {
+        self.listeners().len()
     }
 
     fn remove(&self, id: u64) {
-        let mut handlers = self.handlers();
-        if let Some(position) = handlers.iter().position(|handler| handler.id == id) {
-            let handler = handlers.swap_remove(position);
-            handler.queue.lock().closed = true;
-            handler.queue.ready.notify_one();
-            if let Some(resync) = handler.resync {
+        let mut listeners = self.listeners();
+        if let Some(position) = listeners.iter().position(|listener| listener.id == id) {
+            let listener = listeners.swap_remove(position);
+            listener.queue.lock().closed = true;
+            listener.queue.ready.notify_one();
+            if let Some(resync) = listener.resync {
                 resync.abort();
             }
         }
     }
 }
 
-/// One handler's end of the processor: its queue of deltas. Dropping it removes
-/// the handler without disturbing the others.
+/// One listener's end of the processor (client-go's `processorListener`): its
+/// queue of deltas. Dropping it removes the listener without disturbing the others.
 #[derive(Debug)]
-pub struct Handler {
+pub struct Listener {
     id: u64,
-    queue: Arc<HandlerQueue>,
+    queue: Arc<ListenerQueue>,
     processor: Arc<SharedProcessor>,
     /// The last state handed out per key: for tombstones after an overflow, and
     /// to skip a change a snapshot already delivered.
     delivered: HashMap<String, Arc<CachedObject>>,
 }
 
-impl Handler {
+impl Listener {
     /// The next deltas, at most `max`, in order; waits while there are none.
-    /// `None` once the handler was removed.
+    /// `None` once the listener was removed.
     pub async fn next_batch(&mut self, max: usize) -> Option<Vec<Delta>> {
         loop {
             if let Some(batch) = self.try_next_batch(max) {
@@ -316,7 +317,7 @@ impl Handler {
         (!batch.is_empty()).then_some(batch)
     }
 
-    /// The deltas that bring this handler to the cache's current state.
+    /// The deltas that bring this listener to the cache's current state.
     fn snapshot(&self, kind: Snapshot) -> Vec<Delta> {
         let gvk = &self.processor.gvk;
         let objects = self.processor.cache.scoped(&self.queue.scope).list_all();
@@ -343,7 +344,7 @@ impl Handler {
         deltas
     }
 
-    /// Notes what the handler is told; false for a change it already has.
+    /// Notes what the listener is told; false for a change it already has.
     fn record(&mut self, delta: &Delta) -> bool {
         let key = delta.key();
         if delta.delta_type == DeltaType::Deleted {
@@ -361,10 +362,10 @@ impl Handler {
         true
     }
 
-    /// The state this handler has handed out so far, as `Added` deltas flagged
+    /// The state this listener has handed out so far, as `Added` deltas flagged
     /// initial-list, ordered by key: exactly what a consumer that handled every
-    /// batch knows. A new consumer taking over the handler (a reloaded plugin)
-    /// starts from it, then continues with the handler's next batch, so every
+    /// batch knows. A new consumer taking over the listener (a reloaded plugin)
+    /// starts from it, then continues with the listener's next batch, so every
     /// change reaches exactly one of the two.
     #[must_use]
     pub fn replay(&self) -> Vec<Delta> {
@@ -378,16 +379,16 @@ impl Handler {
             .collect()
     }
 
-    /// True once the handler has received its initial list.
+    /// True once the listener has received its initial list.
     #[must_use]
     pub fn has_synced(&self) -> bool {
         self.queue.synced.load(Ordering::Acquire)
     }
 
-    /// The handler's counters.
+    /// The listener's counters.
     #[must_use]
-    pub fn stats(&self) -> HandlerStats {
-        HandlerStats {
+    pub fn stats(&self) -> ListenerStats {
+        ListenerStats {
             queued: self.queue.lock().deltas.len(),
             overflows: self.queue.overflows.load(Ordering::Relaxed),
             dropped: self.queue.dropped.load(Ordering::Relaxed),
@@ -395,7 +396,7 @@ impl Handler {
     }
 }
 
-impl Drop for Handler {
+impl Drop for Listener {
     fn drop(&mut self) {
         self.processor.remove(self.id);
     }
@@ -452,13 +453,13 @@ mod tests {
     }
 
     #[test]
-    fn a_new_handler_gets_the_cache_as_an_initial_list_then_live_deltas() {
+    fn a_new_listener_gets_the_cache_as_an_initial_list_then_live_deltas() {
         let (processor, writer, gvk) = setup();
         change(&processor, &writer, &gvk, object("x", 1));
-        let mut handler = processor.add_handler("h", &HandlerOptions::default());
-        assert!(!handler.has_synced());
+        let mut listener = processor.add_listener("h", &ListenerOptions::default());
+        assert!(!listener.has_synced());
         change(&processor, &writer, &gvk, object("y", 2));
-        let batch = handler.try_next_batch(10).unwrap();
+        let batch = listener.try_next_batch(10).unwrap();
         // y was cached before the snapshot was taken: it is part of it, once.
         assert_eq!(
             summary(&batch),
@@ -468,15 +469,15 @@ mod tests {
             ]
         );
         assert!(batch.iter().all(|d| d.initial_list));
-        assert!(handler.has_synced());
+        assert!(listener.has_synced());
         change(&processor, &writer, &gvk, object("x", 3));
-        let batch = handler.try_next_batch(10).unwrap();
+        let batch = listener.try_next_batch(10).unwrap();
         assert_eq!(summary(&batch), [(DeltaType::Updated, "a/x".into(), "3".into())]);
-        assert!(handler.try_next_batch(10).is_none());
+        assert!(listener.try_next_batch(10).is_none());
     }
 
     #[test]
-    fn a_scoped_handler_is_told_nothing_outside_its_namespaces() {
+    fn a_scoped_listener_is_told_nothing_outside_its_namespaces() {
         let (processor, writer, gvk) = setup();
         let in_namespace = |namespace: &str, name: &str, rv: u32| {
             Arc::new(
@@ -487,8 +488,8 @@ mod tests {
         };
         change(&processor, &writer, &gvk, in_namespace("a", "x", 1));
         change(&processor, &writer, &gvk, in_namespace("b", "x", 2));
-        let mut scoped = processor.add_handler("a-only", &HandlerOptions::default().scope(Scope::only(["a"])));
-        let mut everything = processor.add_handler("all", &HandlerOptions::default());
+        let mut scoped = processor.add_listener("a-only", &ListenerOptions::default().scope(Scope::only(["a"])));
+        let mut everything = processor.add_listener("all", &ListenerOptions::default());
         let batch = scoped.try_next_batch(10).unwrap();
         assert_eq!(summary(&batch), [(DeltaType::Added, "a/x".into(), "1".into())]);
         assert_eq!(everything.try_next_batch(10).unwrap().len(), 2);
@@ -505,16 +506,16 @@ mod tests {
         let (processor, writer, gvk) = setup();
         change(&processor, &writer, &gvk, object("x", 1));
         change(&processor, &writer, &gvk, object("y", 2));
-        let mut handler = processor.add_handler("h", &HandlerOptions::default());
-        assert_eq!(handler.try_next_batch(10).unwrap().len(), 2);
+        let mut listener = processor.add_listener("h", &ListenerOptions::default());
+        assert_eq!(listener.try_next_batch(10).unwrap().len(), 2);
         change(&processor, &writer, &gvk, object("x", 3));
         change(&processor, &writer, &gvk, object("y", 4));
         assert_eq!(
-            summary(&handler.try_next_batch(1).unwrap()),
+            summary(&listener.try_next_batch(1).unwrap()),
             [(DeltaType::Updated, "a/x".into(), "3".into())]
         );
         // y@4 is queued, not handed out: the replay holds y@2, and y@4 follows.
-        let replay = handler.replay();
+        let replay = listener.replay();
         assert_eq!(
             summary(&replay),
             [
@@ -524,17 +525,17 @@ mod tests {
         );
         assert!(replay.iter().all(|delta| delta.initial_list));
         assert_eq!(
-            summary(&handler.try_next_batch(10).unwrap()),
+            summary(&listener.try_next_batch(10).unwrap()),
             [(DeltaType::Updated, "a/y".into(), "4".into())]
         );
     }
 
     #[test]
-    fn a_slow_handler_overflows_into_catch_up_without_touching_a_fast_one() {
+    fn a_slow_listener_overflows_into_catch_up_without_touching_a_fast_one() {
         let (processor, writer, gvk) = setup();
-        let options = HandlerOptions::default().queue_capacity(8);
-        let mut slow = processor.add_handler("slow", &options);
-        let mut fast = processor.add_handler("fast", &options);
+        let options = ListenerOptions::default().queue_capacity(8);
+        let mut slow = processor.add_listener("slow", &options);
+        let mut fast = processor.add_listener("fast", &options);
         assert!(slow.try_next_batch(10).is_none() && fast.try_next_batch(10).is_none());
         change(&processor, &writer, &gvk, object("doomed", 1));
         assert_eq!(slow.try_next_batch(10).unwrap().len(), 1);
@@ -547,10 +548,10 @@ mod tests {
                 processor.distribute(&Delta::new(DeltaType::Deleted, Arc::clone(&gvk), object("doomed", 500)));
             }
             fast_seen += fast.try_next_batch(100).map_or(0, |batch| batch.len());
-            // The slow handler never reads; its queue stays bounded.
+            // The slow listener never reads; its queue stays bounded.
             assert!(slow.stats().queued <= 8);
         }
-        assert_eq!(fast_seen, 1 + 998 + 1, "the fast handler saw every change");
+        assert_eq!(fast_seen, 1 + 998 + 1, "the fast listener saw every change");
         assert!(slow.stats().overflows >= 1);
 
         // Catching up: a tombstone for what it knew and is gone, then the cache.
@@ -567,13 +568,13 @@ mod tests {
     }
 
     #[test]
-    fn removing_a_handler_stops_its_delivery_only() {
+    fn removing_a_listener_stops_its_delivery_only() {
         let (processor, writer, gvk) = setup();
-        let mut kept = processor.add_handler("kept", &HandlerOptions::default());
-        let removed = processor.add_handler("removed", &HandlerOptions::default());
-        assert_eq!(processor.handler_count(), 2);
+        let mut kept = processor.add_listener("kept", &ListenerOptions::default());
+        let removed = processor.add_listener("removed", &ListenerOptions::default());
+        assert_eq!(processor.listener_count(), 2);
         drop(removed);
-        assert_eq!(processor.handler_count(), 1);
+        assert_eq!(processor.listener_count(), 1);
         change(&processor, &writer, &gvk, object("x", 1));
         assert_eq!(kept.try_next_batch(10).unwrap().len(), 1);
     }
@@ -583,9 +584,9 @@ mod tests {
         let (processor, writer, gvk) = setup();
         change(&processor, &writer, &gvk, object("x", 1));
         change(&processor, &writer, &gvk, object("y", 2));
-        let mut handler = processor.add_handler("h", &HandlerOptions::default().resync(Duration::from_secs(30)));
-        assert_eq!(handler.next_batch(10).await.unwrap().len(), 2);
-        let sync = tokio::time::timeout(Duration::from_secs(31), handler.next_batch(10))
+        let mut listener = processor.add_listener("h", &ListenerOptions::default().resync(Duration::from_secs(30)));
+        assert_eq!(listener.next_batch(10).await.unwrap().len(), 2);
+        let sync = tokio::time::timeout(Duration::from_secs(31), listener.next_batch(10))
             .await
             .expect("no resync within its period")
             .unwrap();

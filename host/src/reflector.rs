@@ -166,19 +166,28 @@ impl DeltaMaker {
     }
 
     fn apply(&mut self, object: Arc<CachedObject>) -> Vec<Delta> {
-        match self.writer.apply(Arc::clone(&object)) {
-            None => vec![self.delta(DeltaType::Added, object)],
-            Some(old) if old.uid() != object.uid() => {
-                vec![
-                    self.delta(DeltaType::Deleted, old),
-                    self.delta(DeltaType::Added, object),
-                ]
+        let old = self.writer.apply(Arc::clone(&object));
+        let mut deltas = Vec::new();
+        self.compare(old, &object, false, &mut deltas);
+        deltas
+    }
+
+    /// The deltas that take the cached state `old` to `new`: an add; a delete
+    /// and an add for a new uid under the same name; an update; and for an
+    /// unchanged object nothing, or `Replaced` in a relist when asked for.
+    fn compare(&self, old: Option<Arc<CachedObject>>, new: &Arc<CachedObject>, relist: bool, deltas: &mut Vec<Delta>) {
+        match old {
+            None => deltas.push(self.delta(DeltaType::Added, Arc::clone(new))),
+            Some(old) if old.uid() != new.uid() => {
+                deltas.push(self.delta(DeltaType::Deleted, old));
+                deltas.push(self.delta(DeltaType::Added, Arc::clone(new)));
             }
-            Some(old) if old.resource_version() == object.resource_version() => Vec::new(),
-            Some(old) => {
-                let delta = Delta::updated(Arc::clone(&self.gvk), old, object);
-                vec![if self.initial { delta.in_initial_list() } else { delta }]
+            Some(old) if old.resource_version() != new.resource_version() => {
+                let delta = Delta::updated(Arc::clone(&self.gvk), old, Arc::clone(new));
+                deltas.push(if self.initial { delta.in_initial_list() } else { delta });
             }
+            Some(_) if relist && self.replaced_deltas => deltas.push(self.delta(DeltaType::Replaced, Arc::clone(new))),
+            Some(_) => {}
         }
     }
 
@@ -194,19 +203,7 @@ impl DeltaMaker {
             .collect();
         let mut deltas = Vec::new();
         for object in &listed {
-            match previous.remove(object.key()) {
-                None => deltas.push(self.delta(DeltaType::Added, Arc::clone(object))),
-                Some(old) if old.uid() != object.uid() => {
-                    deltas.push(self.delta(DeltaType::Deleted, old));
-                    deltas.push(self.delta(DeltaType::Added, Arc::clone(object)));
-                }
-                Some(old) if old.resource_version() != object.resource_version() => {
-                    let delta = Delta::updated(Arc::clone(&self.gvk), old, Arc::clone(object));
-                    deltas.push(if self.initial { delta.in_initial_list() } else { delta });
-                }
-                Some(_) if self.replaced_deltas => deltas.push(self.delta(DeltaType::Replaced, Arc::clone(object))),
-                Some(_) => {}
-            }
+            self.compare(previous.remove(object.key()), object, true, &mut deltas);
         }
         let mut vanished: Vec<_> = previous.into_values().collect();
         vanished.sort_by(|a, b| a.key().cmp(b.key()));

@@ -8,11 +8,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use apiserver_sim::store::{EventType, ResourceId};
+use apiserver_sim::workload::Workload;
+use apiserver_sim::{ApiServer, SimConfig};
 use kinformer::plugin::LogSink;
 use kinformer::runtime::PluginStatus;
-use kinformer::sim::store::{EventType, ResourceId};
-use kinformer::sim::workload::Workload;
-use kinformer::sim::{ApiServer, SimConfig};
 
 /// Every log line of every plugin, in the order each plugin wrote them.
 #[derive(Debug, Clone, Default)]

@@ -4,232 +4,34 @@
 //! index names are validated and bounded, and a bad one is an error value for the
 //! plugin, never a host panic.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
-
 use kube::api::GroupVersionKind;
 use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::kinformer::plugin::{cache, log, types};
+use super::log::PluginLog;
 use crate::caches::Caches;
-use crate::indexer::{IndexError, Indexer, Listing};
-use crate::manifest::Grant;
+use crate::grant::Grant;
+use crate::index::IndexError;
+use crate::indexer::{Indexer, Listing};
+use crate::limits::Limits;
 use crate::selector::Selector;
 
 /// The longest key, namespace, index name or value a plugin may pass.
 const MAX_ARGUMENT_LEN: usize = 512;
 /// The longest label selector a plugin may pass.
 const MAX_SELECTOR_LEN: usize = 4096;
-/// The longest log line kept; longer lines are cut.
-const MAX_LOG_LINE_LEN: usize = 4096;
-/// How many recent log lines an instance keeps for status and tests.
-const RECENT_LOG_LINES: usize = 256;
-
-/// Bounds on one cache query's answer.
-#[derive(Debug, Clone, Copy)]
-pub struct QueryLimits {
-    /// The most objects one call returns.
-    pub max_objects: usize,
-    /// The most bytes of JSON one call returns.
-    pub max_bytes: usize,
-}
-
-impl Default for QueryLimits {
-    fn default() -> Self {
-        Self {
-            max_objects: 1000,
-            max_bytes: 16 << 20,
-        }
-    }
-}
-
-/// One line a plugin logged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogLine {
-    /// Its severity.
-    pub level: tracing::Level,
-    /// The text, with control characters replaced.
-    pub message: String,
-}
-
-/// Receives every log line of a plugin that passed its rate limit, with the
-/// plugin's name: for status pages, tests and log shipping.
-pub type LogSink = Arc<dyn Fn(&str, &LogLine) + Send + Sync>;
-
-/// A plugin's log: its `log` import and its stdout and stderr end here. Lines are
-/// sanitised, rate-limited, sent to `tracing` with the plugin's name, and the
-/// recent ones kept.
-#[derive(Clone)]
-pub(crate) struct PluginLog {
-    name: Arc<str>,
-    state: Arc<Mutex<LogState>>,
-    sink: Option<LogSink>,
-}
-
-struct LogState {
-    budget: TokenBucket,
-    recent: VecDeque<LogLine>,
-    dropped: u64,
-}
-
-impl PluginLog {
-    pub(crate) fn new(name: &str, lines_per_second: u32, sink: Option<LogSink>) -> Self {
-        Self {
-            name: name.into(),
-            state: Arc::new(Mutex::new(LogState {
-                budget: TokenBucket::new(lines_per_second),
-                recent: VecDeque::new(),
-                dropped: 0,
-            })),
-            sink,
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, LogState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn recent(&self) -> Vec<LogLine> {
-        self.state().recent.iter().cloned().collect()
-    }
-
-    pub(crate) fn dropped(&self) -> u64 {
-        self.state().dropped
-    }
-
-    /// Logs one line, unless the rate limit drops it.
-    pub(crate) fn write(&self, level: tracing::Level, message: &str) {
-        let mut state = self.state();
-        if !state.budget.take() {
-            state.dropped += 1;
-            return;
-        }
-        let message = sanitize(message);
-        let plugin = &*self.name;
-        match level {
-            tracing::Level::TRACE => tracing::trace!(plugin, "{message}"),
-            tracing::Level::DEBUG => tracing::debug!(plugin, "{message}"),
-            tracing::Level::INFO => tracing::info!(plugin, "{message}"),
-            tracing::Level::WARN => tracing::warn!(plugin, "{message}"),
-            tracing::Level::ERROR => tracing::error!(plugin, "{message}"),
-        }
-        let line = LogLine { level, message };
-        if let Some(sink) = &self.sink {
-            sink(plugin, &line);
-        }
-        if state.recent.len() == RECENT_LOG_LINES {
-            state.recent.pop_front();
-        }
-        state.recent.push_back(line);
-    }
-
-    /// A stream for the plugin's stdout (`INFO`) or stderr (`WARN`): each line
-    /// written becomes a log line.
-    pub(crate) fn output(&self, level: tracing::Level) -> OutputLines {
-        OutputLines {
-            log: self.clone(),
-            level,
-            partial: Arc::new(Mutex::new(Vec::new())),
-        }
-    }
-}
-
-/// A WASI output stream that turns what the plugin prints into log lines.
-#[derive(Clone)]
-pub(crate) struct OutputLines {
-    log: PluginLog,
-    level: tracing::Level,
-    partial: Arc<Mutex<Vec<u8>>>,
-}
-
-impl OutputLines {
-    fn push(&self, bytes: &[u8]) {
-        let mut partial = self.partial.lock().unwrap_or_else(PoisonError::into_inner);
-        for &byte in bytes {
-            if byte == b'\n' {
-                self.log.write(self.level, &String::from_utf8_lossy(&partial));
-                partial.clear();
-            } else if partial.len() < MAX_LOG_LINE_LEN {
-                partial.push(byte);
-            }
-        }
-    }
-}
-
-impl wasmtime_wasi::cli::IsTerminal for OutputLines {
-    fn is_terminal(&self) -> bool {
-        false
-    }
-}
-
-impl wasmtime_wasi::cli::StdoutStream for OutputLines {
-    fn p2_stream(&self) -> Box<dyn wasmtime_wasi::p2::OutputStream> {
-        Box::new(self.clone())
-    }
-
-    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(self.clone())
-    }
-}
-
-#[wasmtime_wasi::async_trait]
-impl wasmtime_wasi::p2::Pollable for OutputLines {
-    async fn ready(&mut self) {}
-}
-
-impl wasmtime_wasi::p2::OutputStream for OutputLines {
-    fn write(&mut self, bytes: bytes::Bytes) -> Result<(), wasmtime_wasi::p2::StreamError> {
-        self.push(&bytes);
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), wasmtime_wasi::p2::StreamError> {
-        Ok(())
-    }
-
-    fn check_write(&mut self) -> Result<usize, wasmtime_wasi::p2::StreamError> {
-        Ok(64 * 1024)
-    }
-}
-
-impl tokio::io::AsyncWrite for OutputLines {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        bytes: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.push(bytes);
-        std::task::Poll::Ready(Ok(bytes.len()))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-}
-
 /// The data of one plugin's store.
 pub(crate) struct HostState {
     name: String,
     caches: Caches,
     grant: Grant,
-    query_limits: QueryLimits,
+    limits: Limits,
     pub(crate) log: PluginLog,
     wasi: WasiCtx,
     table: ResourceTable,
-    pub(crate) limits: StoreLimits,
+    pub(crate) store_limits: StoreLimits,
 }
 
 impl HostState {
@@ -237,9 +39,9 @@ impl HostState {
         name: String,
         caches: Caches,
         grant: Grant,
-        query_limits: QueryLimits,
+        limits: Limits,
         log: PluginLog,
-        limits: StoreLimits,
+        store_limits: StoreLimits,
     ) -> Self {
         // A minimal WASI: clocks and random; no files, sockets or environment;
         // what the plugin prints goes to its log.
@@ -251,11 +53,11 @@ impl HostState {
             name,
             caches,
             grant,
-            query_limits,
+            limits,
             log,
             wasi,
             table: ResourceTable::new(),
-            limits,
+            store_limits,
         }
     }
 
@@ -296,8 +98,8 @@ impl HostState {
     /// The effective object limit: the plugin's, capped by the host's.
     fn object_limit(&self, requested: u32) -> usize {
         match requested {
-            0 => self.query_limits.max_objects,
-            n => (n as usize).min(self.query_limits.max_objects),
+            0 => self.limits.query_objects,
+            n => (n as usize).min(self.limits.query_objects),
         }
     }
 
@@ -308,7 +110,7 @@ impl HostState {
         let mut truncated = listing.truncated;
         for object in listing.objects {
             bytes += object.json().len();
-            if bytes > self.query_limits.max_bytes {
+            if bytes > self.limits.query_bytes {
                 truncated = true;
                 break;
             }
@@ -406,7 +208,7 @@ impl cache::Host for HostState {
         check_argument("index", &index)?;
         let indexer = self.indexer(&gvk)?;
         indexer
-            .index_values(&index, self.query_limits.max_objects)
+            .index_values(&index, self.limits.query_objects)
             .map_err(index_error)
     }
 }
@@ -424,53 +226,11 @@ impl log::Host for HostState {
     }
 }
 
-/// The line with control characters (terminal escapes, newlines that would forge
-/// log lines) replaced by `�`, cut to [`MAX_LOG_LINE_LEN`] bytes.
-fn sanitize(message: &str) -> String {
-    let mut clean = String::with_capacity(message.len().min(MAX_LOG_LINE_LEN));
-    for c in message.chars() {
-        if clean.len() + c.len_utf8() > MAX_LOG_LINE_LEN {
-            clean.push('…');
-            break;
-        }
-        clean.push(if c.is_control() { '\u{fffd}' } else { c });
-    }
-    clean
-}
-
-/// A token bucket: `rate` tokens per second, bursts of up to `rate`.
-struct TokenBucket {
-    rate: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl TokenBucket {
-    fn new(rate: u32) -> Self {
-        let rate = f64::from(rate.max(1));
-        Self {
-            rate,
-            tokens: rate,
-            last: Instant::now(),
-        }
-    }
-
-    fn take(&mut self) -> bool {
-        let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
     use crate::indexer::indexer;
     use crate::object::CachedObject;
     use cache::Host as _;
@@ -484,7 +244,7 @@ mod tests {
     }
 
     /// A store's data whose pod cache holds `count` pods labelled `app=web`.
-    fn state(count: usize, query_limits: QueryLimits) -> HostState {
+    fn state(count: usize, limits: Limits) -> HostState {
         let caches = Caches::new();
         let (reader, writer) = indexer();
         for i in 0..count {
@@ -496,7 +256,7 @@ mod tests {
             "test".into(),
             caches,
             Grant::default(),
-            query_limits,
+            limits,
             PluginLog::new("test", 10, None),
             StoreLimits::default(),
         )
@@ -512,7 +272,7 @@ mod tests {
 
     #[test]
     fn nonsense_arguments_are_error_values() {
-        let mut state = state(1, QueryLimits::default());
+        let mut state = state(1, Limits::default());
         fn invalid<T>(result: Result<T, cache::CacheError>) -> bool {
             matches!(result, Err(cache::CacheError::InvalidArgument(_)))
         }
@@ -543,9 +303,10 @@ mod tests {
 
     #[test]
     fn answers_are_bounded_by_count_and_bytes() {
-        let limits = QueryLimits {
-            max_objects: 10,
-            max_bytes: 1000,
+        let limits = Limits {
+            query_objects: 10,
+            query_bytes: 1000,
+            ..Limits::default()
         };
         let mut state = state(50, limits);
         let capped = state.list_objects(pods(), query(Some("app=web"), 0)).unwrap();
@@ -557,9 +318,10 @@ mod tests {
         let one_object_bytes = capped.objects[0].len();
         let mut small = self::state(
             50,
-            QueryLimits {
-                max_objects: 100,
-                max_bytes: one_object_bytes * 4,
+            Limits {
+                query_objects: 100,
+                query_bytes: one_object_bytes * 4,
+                ..Limits::default()
             },
         );
         let by_bytes = small.by_index(pods(), "namespace".into(), "a".into(), 0).unwrap();
@@ -582,7 +344,7 @@ mod tests {
             "test".into(),
             caches,
             grant,
-            QueryLimits::default(),
+            Limits::default(),
             log,
             StoreLimits::default(),
         );
@@ -608,52 +370,5 @@ mod tests {
         let mut secrets = pods();
         secrets.kind = "Secret".into();
         assert!(denied(state.get(secrets, "a/token".into())));
-    }
-
-    #[test]
-    fn printed_lines_become_log_lines() {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&lines);
-        let sink: LogSink = Arc::new(move |plugin, line| {
-            seen.lock().unwrap().push((plugin.to_owned(), line.clone()));
-        });
-        let log = PluginLog::new("printer", 100, Some(sink));
-        let stdout = log.output(tracing::Level::INFO);
-        stdout.push(b"hello, ");
-        stdout.push(b"world\nsecond\x1b");
-        log.output(tracing::Level::WARN).push(b"oops\n");
-        stdout.push(b"\n");
-        let info = |message: &str| LogLine {
-            level: tracing::Level::INFO,
-            message: message.into(),
-        };
-        let expected = vec![
-            info("hello, world"),
-            LogLine {
-                level: tracing::Level::WARN,
-                message: "oops".into(),
-            },
-            info("second\u{fffd}"),
-        ];
-        assert_eq!(log.recent(), expected);
-        let sunk: Vec<LogLine> = lines.lock().unwrap().iter().map(|(_, line)| line.clone()).collect();
-        assert_eq!(sunk, expected);
-        assert!(lines.lock().unwrap().iter().all(|(plugin, _)| plugin == "printer"));
-    }
-
-    #[test]
-    fn control_characters_are_replaced_and_long_lines_cut() {
-        assert_eq!(sanitize("ok\n\u{1b}[31mred"), "ok\u{fffd}\u{fffd}[31mred");
-        let long = sanitize(&"é".repeat(MAX_LOG_LINE_LEN));
-        assert!(long.len() <= MAX_LOG_LINE_LEN + '…'.len_utf8());
-        assert!(long.ends_with('…'));
-    }
-
-    #[test]
-    fn the_log_budget_refuses_a_flood() {
-        let mut bucket = TokenBucket::new(10);
-        let granted = (0..1000).filter(|_| bucket.take()).count();
-        // The burst is 10; a few more may refill while the loop runs.
-        assert!((10..20).contains(&granted), "granted {granted}");
     }
 }

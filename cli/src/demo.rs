@@ -12,7 +12,7 @@ use std::time::Duration;
 use apiserver_sim::workload::Workload;
 use apiserver_sim::{ApiServer, SimConfig};
 
-use crate::runtime::{PluginStatus, Runtime, RuntimeConfig};
+use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
 
 /// Why the demo could not run.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +28,7 @@ pub enum Error {
     },
     /// The plugin runtime could not start.
     #[error(transparent)]
-    Runtime(#[from] crate::runtime::Error),
+    Runtime(#[from] kinformer::runtime::Error),
     /// The directory holds no `.wasm` file.
     #[error("no plugins (*.wasm) in {0}")]
     NoPlugins(PathBuf),
@@ -111,7 +111,7 @@ pub fn write_plugins(dir: &Path, plugins: &[(&str, &[u8])]) -> Result<(), Error>
 /// When the directory holds no plugin, or the emulated cluster cannot be
 /// started or reached.
 pub async fn run(config: &DemoConfig) -> Result<Vec<PluginStatus>, Error> {
-    if crate::runtime::plugin_files(&config.runtime.plugins)?.is_empty() {
+    if kinformer::runtime::plugin_files(&config.runtime.plugins)?.is_empty() {
         return Err(Error::NoPlugins(config.runtime.plugins.clone()));
     }
 
@@ -143,7 +143,7 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginStatus>, Error> {
             source,
         })?;
     }
-    crate::runtime::serve(&runtime, config.duration).await;
+    crate::serve(&runtime, config.duration).await;
     workload.abort();
     let status = runtime.shutdown().await;
     server.shutdown();

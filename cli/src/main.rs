@@ -5,14 +5,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use apiserver_sim::workload::Workload;
+use apiserver_sim::{ApiServer, SimConfig};
 use clap::{Parser, Subcommand};
-use kinformer::caches::Caches;
-use kinformer::demo::{self, DemoConfig};
-use kinformer::manifest::Manifest;
-use kinformer::plugin::{PluginEngine, PluginOptions};
 use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
-use kinformer::sim::workload::Workload;
-use kinformer::sim::{ApiServer, SimConfig};
+use kinformer_cli::demo::{self, DemoConfig};
 
 /// Kubernetes shared informers that deliver every delta to sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -207,7 +204,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             if let Some(address) = engine.status_addr {
                 runtime.serve_status(address).await?;
             }
-            kinformer::runtime::serve(&runtime, None).await;
+            kinformer_cli::serve(&runtime, None).await;
             let status = runtime.shutdown().await;
             if !status.is_empty() && status.iter().all(|status| status.state == PluginState::Failed) {
                 anyhow::bail!("no plugin could start");
@@ -290,47 +287,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }),
         Command::Check { plugin, config } => {
-            let manifest = Manifest::for_plugin(&plugin)?;
-            let config = config.unwrap_or_else(|| manifest.config.clone());
-            let engine = PluginEngine::new()?;
-            let component = engine.load_file(&plugin)?;
-            let options = PluginOptions {
-                grant: manifest.grant.clone(),
-                ..manifest.limits.plugin_options()
-            };
-            let mut instance = component.instantiate(Caches::new(), options)?;
-            let registration = instance
-                .init(&config)
-                .with_context(|| format!("{} refused to start", plugin.display()))?;
-            println!("{}: {} {}", plugin.display(), registration.name, registration.version);
-            for subscription in &registration.subscriptions {
-                let gvk = &subscription.gvk;
-                let mode = if !manifest.grant.allows_resource(gvk) {
-                    "REFUSED (not granted)"
-                } else if subscription.deliver {
-                    "watch"
-                } else {
-                    "cache"
-                };
-                print!("  {mode} {} {}", gvk.api_version(), gvk.kind);
-                if let Some(namespace) = &subscription.namespace {
-                    print!(" in namespace {namespace}");
-                }
-                if let Some(selector) = &subscription.label_selector {
-                    print!(" selecting {selector}");
-                }
-                println!();
-            }
-            for index in &registration.indexes {
-                let gvk = &index.gvk;
-                println!(
-                    "  index {} on {} {} by {}",
-                    index.name,
-                    gvk.api_version(),
-                    gvk.kind,
-                    index.field_path
-                );
-            }
+            print!("{}", kinformer_cli::check::check(&plugin, config.as_deref())?);
             Ok(())
         }
     }

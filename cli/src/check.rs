@@ -1,0 +1,89 @@
+//! `kinformer check`: loads a plugin with the manifest beside it, runs its
+//! `init` against an empty cache, and reviews what it registers against its
+//! grant — the same review the runtime applies.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use kinformer::caches::Caches;
+use kinformer::grant::Review;
+use kinformer::manifest::Manifest;
+use kinformer::plugin::{PluginEngine, PluginOptions};
+use kinformer::registration::Registration;
+
+/// What a plugin registers, and what its grant makes of it.
+#[derive(Debug)]
+pub struct Report {
+    /// The plugin file.
+    pub file: PathBuf,
+    /// What `init` returned.
+    pub registration: Registration,
+    /// The grant's review of it.
+    pub review: Review,
+}
+
+/// Checks the plugin file `plugin`: its manifest, its component, its `init`
+/// (with `config`, or the manifest's), and the review of its registration.
+///
+/// # Errors
+///
+/// When the manifest is broken, the file is not a plugin component, or `init`
+/// fails.
+pub fn check(plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
+    let manifest = Manifest::for_plugin(plugin)?;
+    let config = config.unwrap_or(&manifest.config);
+    let engine = PluginEngine::new()?;
+    let component = engine.load_file(plugin)?;
+    let options = PluginOptions::with_limits(manifest.limits).grant(manifest.grant.clone());
+    let mut instance = component.instantiate(Caches::new(), options)?;
+    let registration = instance
+        .init(config)
+        .with_context(|| format!("{} refused to start", plugin.display()))?;
+    let review = manifest.grant.review(&registration);
+    Ok(Report {
+        file: plugin.to_owned(),
+        registration,
+        review,
+    })
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let registration = &self.registration;
+        writeln!(
+            f,
+            "{}: {} {}",
+            self.file.display(),
+            registration.name,
+            registration.version
+        )?;
+        for subscription in &self.review.subscriptions {
+            let gvk = &subscription.gvk;
+            let mode = if subscription.deliver { "watch" } else { "cache" };
+            write!(f, "  {mode} {} {}", gvk.api_version(), gvk.kind)?;
+            if let Some(namespace) = &subscription.namespace {
+                write!(f, " in namespace {namespace}")?;
+            }
+            if let Some(selector) = &subscription.label_selector {
+                write!(f, " selecting {selector}")?;
+            }
+            writeln!(f)?;
+        }
+        for index in &self.review.indexes {
+            let gvk = &index.gvk;
+            writeln!(
+                f,
+                "  index {} on {} {} by {}",
+                index.name,
+                gvk.api_version(),
+                gvk.kind,
+                index.field_path
+            )?;
+        }
+        for refusal in &self.review.refused {
+            writeln!(f, "  REFUSED {refusal}")?;
+        }
+        Ok(())
+    }
+}

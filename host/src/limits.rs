@@ -1,0 +1,89 @@
+//! A plugin's limits and failure policy, with their defaults.
+//!
+//! The operator sets them in the plugin's manifest ([`crate::manifest`]); what
+//! is not set takes the default written here, once. The plugin instance enforces
+//! the call, memory, query and log limits ([`crate::plugin`]); the runtime the
+//! queue, batch and failure ones ([`crate::runtime`]).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A plugin's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest one `init` or `handle` call may run.
+    pub call_timeout: Duration,
+    /// The most linear memory, in bytes.
+    pub memory_bytes: usize,
+    /// Objects per cache query.
+    pub query_objects: usize,
+    /// Bytes of JSON per cache query.
+    pub query_bytes: usize,
+    /// Log lines per second.
+    pub log_lines_per_second: u32,
+    /// Deltas queued per handler before catch-up mode.
+    pub queue_capacity: usize,
+    /// Deltas per `handle` call at most.
+    pub max_batch: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            call_timeout: Duration::from_secs(1),
+            memory_bytes: 64 << 20,
+            query_objects: 1000,
+            query_bytes: 16 << 20,
+            log_lines_per_second: 200,
+            queue_capacity: 4096,
+            max_batch: 64,
+        }
+    }
+}
+
+/// What to do with a batch the plugin rejects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnError {
+    /// Deliver it again, with backoff, up to `retries` times; then skip it.
+    Retry,
+    /// Skip it (counted and logged).
+    Skip,
+}
+
+/// How failures are handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailurePolicy {
+    /// A batch `handle` returned an error for.
+    pub on_error: OnError,
+    /// Deliveries of one batch after the first, when retrying.
+    pub retries: u32,
+    /// The first retry's delay; it doubles per retry.
+    pub retry_backoff: Duration,
+    /// The first restart's delay after a trap; it doubles per restart, to 30 s.
+    pub restart_backoff: Duration,
+    /// Traps within the window that quarantine the plugin.
+    pub max_restarts: u32,
+    /// The window traps are counted in.
+    pub restart_window: Duration,
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        Self {
+            on_error: OnError::Retry,
+            retries: 5,
+            retry_backoff: Duration::from_millis(100),
+            restart_backoff: Duration::from_millis(200),
+            max_restarts: 5,
+            restart_window: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The longest restart delay.
+pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The most memory a manifest may grant, in MiB.
+pub const MAX_MEMORY_MIB: u64 = 1024;

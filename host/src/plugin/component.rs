@@ -1,0 +1,83 @@
+//! A compiled and linked plugin component, from which instances are made.
+
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
+
+use super::engine::ticks;
+use super::host::HostState;
+use super::instance::LiveInstance;
+use super::log::PluginLog;
+use super::{Error, PluginEngine, PluginInstance, PluginOptions, Result, bindings};
+use crate::caches::Caches;
+
+/// A compiled and linked plugin, ready to instantiate any number of times.
+#[derive(Clone)]
+pub struct PluginComponent {
+    pub(super) name: String,
+    pub(super) digest: String,
+    pub(super) engine: PluginEngine,
+    pub(super) pre: bindings::PluginPre<HostState>,
+}
+
+impl std::fmt::Debug for PluginComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginComponent")
+            .field("name", &self.name)
+            .field("digest", &self.digest)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginComponent {
+    /// The plugin's name (from its file name).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The SHA-256 digest of the component's bytes, in hex.
+    #[must_use]
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Creates a fresh instance in its own store, reading from `caches`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Trap`] when the component's start-up code traps or breaks a limit.
+    pub fn instantiate(&self, caches: Caches, options: PluginOptions) -> Result<PluginInstance> {
+        let store_limits: StoreLimits = StoreLimitsBuilder::new()
+            .memory_size(options.limits.memory_bytes)
+            .instances(16)
+            .tables(16)
+            .memories(4)
+            .trap_on_grow_failure(true)
+            .build();
+        let log = PluginLog::new(&self.name, options.limits.log_lines_per_second, options.log_sink);
+        let state = HostState::new(
+            self.name.clone(),
+            caches,
+            options.grant,
+            options.limits,
+            log,
+            store_limits,
+        );
+        let mut store = Store::new(&self.engine.engine, state);
+        store.limiter(|state| &mut state.store_limits);
+        let deadline_ticks = ticks(options.limits.call_timeout);
+        store.set_epoch_deadline(deadline_ticks);
+        let plugin = self.pre.instantiate(&mut store).map_err(|source| Error::Trap {
+            plugin: self.name.clone(),
+            call: "instantiate",
+            source,
+        })?;
+        Ok(PluginInstance {
+            name: self.name.clone(),
+            _live: LiveInstance::new(&self.engine.live_instances),
+            store,
+            plugin,
+            deadline_ticks,
+            poisoned: false,
+        })
+    }
+}

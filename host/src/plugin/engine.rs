@@ -1,0 +1,214 @@
+//! The shared wasmtime engine: configuration, the epoch ticker that drives call
+//! deadlines, and compiling component files.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine};
+
+use super::host::HostState;
+use super::{Error, PluginComponent, Result, bindings, digest, plugin_name};
+
+/// How often the epoch ticks; call deadlines are counted in ticks.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The shared wasmtime engine: compiles components and drives call deadlines.
+///
+/// Clone it freely; clones share the engine and its epoch ticker, which stops
+/// when the last clone is dropped.
+#[derive(Clone)]
+pub struct PluginEngine {
+    pub(super) engine: Engine,
+    linker: Arc<Linker<HostState>>,
+    pub(super) live_instances: Arc<std::sync::atomic::AtomicUsize>,
+    _ticker: Arc<Ticker>,
+}
+
+impl std::fmt::Debug for PluginEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginEngine").finish_non_exhaustive()
+    }
+}
+
+/// A thread that advances the engine's epoch every [`EPOCH_TICK`].
+struct Ticker {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// How the engine compiles and allocates.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// Keep compiled artifacts in this directory, keyed by the digest of the
+    /// component and the engine's settings: a plugin compiled once loads in
+    /// milliseconds afterwards, across restarts of the host.
+    pub cache_dir: Option<PathBuf>,
+    /// Preallocate slots for this many live plugin instances (wasmtime's pooling
+    /// allocator): instantiation, and so restarts and reloads, then cost no
+    /// mmap calls. `None` allocates on demand.
+    pub pooled_instances: Option<u32>,
+}
+
+impl PluginEngine {
+    /// Creates the engine with the Component Model and epoch interruption,
+    /// allocating on demand and without a disk cache.
+    ///
+    /// # Errors
+    ///
+    /// When wasmtime rejects the configuration or the ticker thread cannot start.
+    pub fn new() -> Result<Self> {
+        Self::with_options(&EngineOptions::default())
+    }
+
+    /// Creates the engine with these options.
+    ///
+    /// # Errors
+    ///
+    /// When wasmtime rejects the configuration, the cache directory cannot be
+    /// used, or the ticker thread cannot start.
+    pub fn with_options(options: &EngineOptions) -> Result<Self> {
+        let mut config = Config::new();
+        // Plugins are wasm32-wasip2 components: the Component Model and the
+        // features Rust's wasm32 targets emit; nothing experimental.
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .wasm_memory64(false)
+            .wasm_tail_call(false);
+        if let Some(dir) = &options.cache_dir {
+            let mut cache = wasmtime::CacheConfig::new();
+            cache.with_directory(dir);
+            config.cache(Some(wasmtime::Cache::new(cache).map_err(Error::Engine)?));
+        }
+        if let Some(instances) = options.pooled_instances {
+            let mut pool = wasmtime::PoolingAllocationConfig::new();
+            pool.total_component_instances(instances)
+                .total_core_instances(instances.saturating_mul(8))
+                .total_memories(instances.saturating_mul(2))
+                .total_tables(instances.saturating_mul(4))
+                .max_memory_size((crate::limits::MAX_MEMORY_MIB << 20) as usize);
+            config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = Engine::new(&config).map_err(Error::Engine)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(Error::Engine)?;
+        bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
+            .map_err(Error::Engine)?;
+
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let ticking = engine.weak();
+        let thread = std::thread::Builder::new()
+            .name("kinformer-epoch".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(EPOCH_TICK) {
+                    match ticking.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .map_err(|error| Error::Engine(error.into()))?;
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+            live_instances: Arc::default(),
+            _ticker: Arc::new(Ticker {
+                stop,
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    /// How many plugin instances (each with its own store) are alive.
+    #[must_use]
+    pub fn live_instances(&self) -> usize {
+        self.live_instances.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Compiles the component in `path`; the plugin is named after the file stem.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] when the file cannot be read or is not a component, and
+    /// [`Error::Link`] when it does not implement the plugin world.
+    pub fn load_file(&self, path: &Path) -> Result<PluginComponent> {
+        let bytes = std::fs::read(path).map_err(|error| Error::Compile {
+            path: path.to_owned(),
+            source: error.into(),
+        })?;
+        self.load_file_bytes(path, &bytes)
+    }
+
+    /// Compiles the bytes already read from the file `path`: named and reported
+    /// as [`PluginEngine::load_file`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`PluginEngine::load_file`].
+    pub fn load_file_bytes(&self, path: &Path, bytes: &[u8]) -> Result<PluginComponent> {
+        self.load_bytes(&plugin_name(path), bytes).map_err(|error| match error {
+            Error::Compile { source, .. } => Error::Compile {
+                path: path.to_owned(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    /// Compiles a component from its bytes, naming the plugin `name`.
+    ///
+    /// # Errors
+    ///
+    /// As [`PluginEngine::load_file`].
+    pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<PluginComponent> {
+        let digest = digest(bytes);
+        tracing::info!(
+            plugin = name,
+            bytes = bytes.len(),
+            digest = &digest[..12],
+            "compiling plugin"
+        );
+        let started = std::time::Instant::now();
+        let component = Component::new(&self.engine, bytes).map_err(|source| Error::Compile {
+            path: PathBuf::from(name),
+            source,
+        })?;
+        tracing::info!(
+            plugin = name,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "compiled plugin"
+        );
+        let pre = self.linker.instantiate_pre(&component).map_err(|source| Error::Link {
+            plugin: name.to_owned(),
+            source,
+        })?;
+        let pre = bindings::PluginPre::new(pre).map_err(|source| Error::Link {
+            plugin: name.to_owned(),
+            source,
+        })?;
+        Ok(PluginComponent {
+            name: name.to_owned(),
+            digest,
+            engine: self.clone(),
+            pre,
+        })
+    }
+}
+
+/// A call timeout in epoch ticks (at least one).
+pub(super) fn ticks(timeout: Duration) -> u64 {
+    (timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
+}

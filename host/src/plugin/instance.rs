@@ -1,0 +1,170 @@
+//! A running plugin instance: its own store, `init` and `handle` under the
+//! call deadline, poisoned after a trap.
+
+use std::sync::Arc;
+
+use kube::api::GroupVersionKind;
+use wasmtime::Store;
+
+use super::bindings::kinformer::plugin::types as wit;
+use super::host::HostState;
+use super::{Error, LogLine, Result, bindings};
+use crate::delta::{Delta, DeltaType};
+use crate::registration::{IndexSpec, Registration, Subscription};
+
+/// Counts an instance as alive until it is dropped.
+pub(super) struct LiveInstance(Arc<std::sync::atomic::AtomicUsize>);
+
+impl LiveInstance {
+    pub(super) fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(Arc::clone(count))
+    }
+}
+
+impl Drop for LiveInstance {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A running plugin: one instance in its own store.
+pub struct PluginInstance {
+    pub(super) name: String,
+    pub(super) _live: LiveInstance,
+    pub(super) store: Store<HostState>,
+    pub(super) plugin: bindings::Plugin,
+    pub(super) deadline_ticks: u64,
+    pub(super) poisoned: bool,
+}
+
+impl std::fmt::Debug for PluginInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginInstance")
+            .field("name", &self.name)
+            .field("poisoned", &self.poisoned)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginInstance {
+    /// The plugin's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The plugin's most recent log lines, oldest first.
+    #[must_use]
+    pub fn recent_logs(&self) -> Vec<LogLine> {
+        self.store.data().log.recent()
+    }
+
+    /// Log lines dropped by the rate limit so far.
+    #[must_use]
+    pub fn dropped_log_lines(&self) -> u64 {
+        self.store.data().log.dropped()
+    }
+
+    /// Calls `init` with the config string and returns the registration.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Plugin`] when the plugin refuses to start, [`Error::Trap`] when it
+    /// trapped or broke a limit.
+    pub fn init(&mut self, config: &str) -> Result<Registration> {
+        let registration = self.call("init", |plugin, store| plugin.call_init(store, config))?;
+        Ok(Registration {
+            name: registration.name,
+            version: registration.version,
+            subscriptions: registration
+                .subscriptions
+                .into_iter()
+                .map(|subscription| Subscription {
+                    gvk: from_wit_gvk(subscription.gvk),
+                    namespace: subscription.namespace,
+                    label_selector: subscription.label_selector,
+                    deliver: subscription.deliver,
+                })
+                .collect(),
+            indexes: registration
+                .indexes
+                .into_iter()
+                .map(|index| IndexSpec {
+                    gvk: from_wit_gvk(index.gvk),
+                    name: index.name,
+                    field_path: index.field_path,
+                })
+                .collect(),
+        })
+    }
+
+    /// Delivers a batch of deltas, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Plugin`] when the plugin reports an error for the batch (deliver
+    /// it again or skip it), [`Error::Trap`] when it trapped or broke a limit.
+    pub fn handle(&mut self, batch: &[Delta]) -> Result<()> {
+        let batch: Vec<wit::Delta> = batch.iter().map(to_wit_delta).collect();
+        self.call("handle", |plugin, store| plugin.call_handle(store, &batch))
+    }
+
+    fn call<T>(
+        &mut self,
+        call: &'static str,
+        f: impl FnOnce(&bindings::Plugin, &mut Store<HostState>) -> wasmtime::Result<Result<T, wit::Error>>,
+    ) -> Result<T> {
+        if self.poisoned {
+            return Err(Error::Poisoned(self.name.clone()));
+        }
+        self.store.set_epoch_deadline(self.deadline_ticks);
+        match f(&self.plugin, &mut self.store) {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(Error::Plugin {
+                plugin: self.name.clone(),
+                call,
+                message: error.message,
+            }),
+            Err(source) => {
+                // After a trap the instance's state is undefined: never call it again.
+                self.poisoned = true;
+                Err(Error::Trap {
+                    plugin: self.name.clone(),
+                    call,
+                    source,
+                })
+            }
+        }
+    }
+}
+
+fn from_wit_gvk(gvk: wit::GroupVersionKind) -> GroupVersionKind {
+    GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind)
+}
+
+fn to_wit_gvk(gvk: &GroupVersionKind) -> wit::GroupVersionKind {
+    wit::GroupVersionKind {
+        group: gvk.group.clone(),
+        version: gvk.version.clone(),
+        kind: gvk.kind.clone(),
+    }
+}
+
+fn to_wit_delta(delta: &Delta) -> wit::Delta {
+    wit::Delta {
+        type_: match delta.delta_type {
+            DeltaType::Added => wit::DeltaType::Added,
+            DeltaType::Updated => wit::DeltaType::Updated,
+            DeltaType::Deleted => wit::DeltaType::Deleted,
+            DeltaType::Replaced => wit::DeltaType::Replaced,
+            DeltaType::Sync => wit::DeltaType::Sync,
+        },
+        gvk: to_wit_gvk(&delta.gvk),
+        key: delta.object.key().to_owned(),
+        resource_version: delta.object.resource_version().to_owned(),
+        object: delta.object.json().to_string(),
+        old_object: delta.old.as_ref().map(|old| old.json().to_string()),
+        initial_list: delta.initial_list,
+    }
+}

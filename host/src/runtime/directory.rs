@@ -1,0 +1,170 @@
+//! The plugin directory: which files are plugins, what one plugin's files hold
+//! (read once: bytes, digest, manifest), and the debounced watch that triggers
+//! a reconcile after each burst of changes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use super::Error;
+use crate::manifest::{self, Manifest};
+use crate::plugin::{digest, plugin_name};
+
+/// What identifies a version of a plugin in the directory: the digest of its
+/// file and the text of its manifest. A version is tried once; it is not tried
+/// again until the directory holds another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Fingerprint {
+    /// The SHA-256 digest of the `.wasm` file, in hex.
+    pub(super) digest: String,
+    /// The manifest's text, `None` without one.
+    pub(super) manifest: Option<String>,
+}
+
+/// What the directory holds for one plugin, read once per scan.
+pub(super) struct PluginFiles {
+    /// The `.wasm` file.
+    pub(super) file: PathBuf,
+    /// Its bytes.
+    pub(super) bytes: Vec<u8>,
+    /// Its identity.
+    pub(super) fingerprint: Fingerprint,
+    /// Its manifest, parsed (the defaults without one).
+    pub(super) manifest: Result<Manifest, manifest::Error>,
+    /// Its size and modification time when read.
+    pub(super) stamp: Option<Stamp>,
+}
+
+/// A file's size and modification time: a file whose stamp moved while it was
+/// read is still being written.
+pub(super) type Stamp = (u64, SystemTime);
+
+/// The size and modification time of `path`, if it can be read.
+pub(super) fn stamp(path: &Path) -> Option<Stamp> {
+    let metadata = std::fs::metadata(path).ok()?;
+    Some((metadata.len(), metadata.modified().ok()?))
+}
+
+/// The plugin files of `dir`: `*.wasm`, sorted, without hidden and temporary
+/// files (editors' and `kubectl cp`'s scratch files, ConfigMap mounts' `..data`).
+///
+/// # Errors
+///
+/// When the directory cannot be read.
+pub fn plugin_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let entries = std::fs::read_dir(dir).map_err(|source| Error::Directory {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "wasm"))
+        .filter(|path| {
+            let name = path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default();
+            !name.starts_with('.') && !name.starts_with('#') && !name.starts_with('~')
+        })
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Reads every plugin of `dir`, by name; a file that vanished or changed while
+/// being read is left for the next scan.
+///
+/// # Errors
+///
+/// When the directory cannot be read.
+pub(super) fn scan(dir: &Path) -> Result<BTreeMap<String, PluginFiles>, Error> {
+    let mut plugins = BTreeMap::new();
+    for file in plugin_files(dir)? {
+        let before = stamp(&file);
+        let Ok(bytes) = std::fs::read(&file) else { continue };
+        let manifest_path = Manifest::path_for(&file);
+        let text = match std::fs::read_to_string(&manifest_path) {
+            Ok(text) => Some(text),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(_) => continue,
+        };
+        let after = stamp(&file);
+        if before != after {
+            continue;
+        }
+        let manifest = text
+            .as_deref()
+            .map_or_else(|| Ok(Manifest::default()), |text| Manifest::parse(&manifest_path, text));
+        let fingerprint = Fingerprint {
+            digest: digest(&bytes),
+            manifest: text,
+        };
+        plugins.insert(
+            plugin_name(&file),
+            PluginFiles {
+                file,
+                bytes,
+                fingerprint,
+                manifest,
+                stamp: after,
+            },
+        );
+    }
+    Ok(plugins)
+}
+
+/// Watches `dir` and calls `reconcile` after each burst of changes: once the
+/// directory was quiet for `quiet`, or at the latest `max_wait` after the first
+/// change, so a file written continuously cannot starve reloading. The watch
+/// ends when `reconcile` returns false or the task is aborted.
+///
+/// # Errors
+///
+/// When the directory cannot be watched.
+pub(super) fn watch<F, Fut>(
+    dir: &Path,
+    quiet: Duration,
+    max_wait: Duration,
+    mut reconcile: F,
+) -> Result<tokio::task::JoinHandle<()>, Error>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    use notify::Watcher as _;
+    let (changed, mut changes) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Any change in the directory, hidden entries included (a ConfigMap
+        // mount swaps its `..data` link), leads to a scan; the scan decides.
+        if event.is_ok() {
+            let _ = changed.send(());
+        }
+    })
+    .and_then(|mut watcher| {
+        watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
+        Ok(watcher)
+    })
+    .map_err(|error| Error::Directory {
+        path: dir.to_owned(),
+        source: std::io::Error::other(error),
+    })?;
+    Ok(tokio::spawn(async move {
+        // The watch lasts as long as this task.
+        let _watcher = watcher;
+        while changes.recv().await.is_some() {
+            let first = tokio::time::Instant::now();
+            loop {
+                let left = max_wait.saturating_sub(first.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                match tokio::time::timeout(quiet.min(left), changes.recv()).await {
+                    Ok(Some(())) => {}
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
+            }
+            if !reconcile().await {
+                return;
+            }
+        }
+    }))
+}

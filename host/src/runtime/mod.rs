@@ -1,0 +1,338 @@
+//! The plugin runtime: every plugin of a directory, fed by shared informers,
+//! each in its own sandbox and its own worker thread.
+//!
+//! [`Runtime::start`] loads each `NAME.wasm` with its manifest `NAME.toml`
+//! ([`crate::manifest`]), runs its `init`, checks the registration against the
+//! grant, starts (or shares) the informers it asked for and hands the plugin to
+//! a worker. A plugin that fails to load is reported and left out; the others
+//! run.
+//!
+//! The worker owns the plugin's wasmtime `Store`. It waits until every cache the
+//! plugin registered for has synced, then takes batches from the plugin's
+//! handler queues and calls `handle`: one delta when the plugin keeps up, up to
+//! the manifest's `max-batch` when it falls behind. Deltas of one object arrive
+//! in order. When `handle` returns an error the batch is retried with backoff or
+//! skipped, as the manifest says. When the plugin traps, overruns its deadline or
+//! hits its memory limit, its store is dropped and a fresh instance is started
+//! after a backoff; it runs `init` again and receives the current cache as an
+//! initial list. Too many traps within the window quarantine the plugin. None of
+//! this delays another plugin: each has its own thread and its own queues.
+//!
+//! The runtime follows the directory ([`notify`], debounced with a maximum
+//! wait): a new file is loaded, a changed file or manifest is loaded beside the
+//! running version (compiled, or taken from the disk cache; started; its
+//! caches synced) and swapped in between two batches, a removed file is drained
+//! and unloaded. The new version first receives, flagged initial-list, exactly
+//! the state the old one had been handed, then the same queue goes on: every
+//! delta reaches exactly one version. A file that does not load leaves the old
+//! version serving and is not retried until it changes; a new version that keeps
+//! failing right after its swap is rolled back to the previous one.
+//!
+//! The pieces, in the order a plugin meets them: `directory` (which files are
+//! plugins, reading them once, the debounced watch), `reconciler` (the
+//! directory → running plugins loop), `version` (one version started: `init`,
+//! the grant's review, informers synced), `worker` (the thread that serves a
+//! version's deltas), `lifecycle` (the pure restart, quarantine and rollback
+//! rules the worker follows) and [`status`](PluginStatus) (what each plugin is
+//! doing, served as JSON).
+
+mod directory;
+mod lifecycle;
+mod reconciler;
+mod status;
+mod version;
+mod worker;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::delta::Delta;
+use crate::informer::SharedInformerFactory;
+use crate::plugin::{EngineOptions, LogSink, PluginEngine};
+
+pub use directory::plugin_files;
+pub use status::{PluginState, PluginStatus};
+
+use reconciler::Reconciler;
+
+/// Why the runtime or one plugin could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The plugin directory could not be read.
+    #[error("{path}: cannot read the plugin directory")]
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The plugin's manifest is broken.
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::Error),
+    /// The plugin failed to compile, link or start.
+    #[error(transparent)]
+    Plugin(#[from] crate::plugin::Error),
+    /// An informer the plugin needs could not start.
+    #[error("{plugin}: {source}")]
+    Informer {
+        /// The plugin.
+        plugin: String,
+        /// Why.
+        #[source]
+        source: Box<crate::informer::Error>,
+    },
+    /// The plugin registered an index it cannot have.
+    #[error("{plugin}: {reason}")]
+    Registration {
+        /// The plugin.
+        plugin: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The worker thread could not be started.
+    #[error("{plugin}: cannot start its worker thread")]
+    Thread {
+        /// The plugin.
+        plugin: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Settings of the runtime.
+#[derive(Clone)]
+pub struct RuntimeConfig {
+    /// The plugin directory.
+    pub plugins: PathBuf,
+    /// Confine every plugin (and every informer) to this namespace.
+    pub namespace: Option<String>,
+    /// How the engine compiles and allocates.
+    pub engine: EngineOptions,
+    /// Where every plugin's log lines go, besides `tracing`.
+    pub log_sink: Option<LogSink>,
+    /// Called with each batch just before a plugin's `handle` is entered (not
+    /// again for retries), on the plugin's worker thread: for metrics and
+    /// benchmarks. Keep it cheap.
+    pub observer: Option<BatchObserver>,
+    /// Watch the directory and reload plugins as their files change.
+    pub watch: bool,
+    /// A change is applied once the directory was quiet this long...
+    pub quiet: Duration,
+    /// ...or at the latest this long after the first change, so a file written
+    /// continuously cannot starve reloading.
+    pub max_wait: Duration,
+}
+
+impl std::fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeConfig")
+            .field("plugins", &self.plugins)
+            .field("namespace", &self.namespace)
+            .field("engine", &self.engine)
+            .field("log_sink", &self.log_sink.is_some())
+            .field("observer", &self.observer.is_some())
+            .field("watch", &self.watch)
+            .field("quiet", &self.quiet)
+            .field("max_wait", &self.max_wait)
+            .finish()
+    }
+}
+
+impl RuntimeConfig {
+    /// The plugins of `dir`, watched for changes, with a pool of 64 instances
+    /// and no disk cache.
+    #[must_use]
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            plugins: dir.into(),
+            engine: EngineOptions {
+                cache_dir: None,
+                pooled_instances: Some(64),
+            },
+            namespace: None,
+            log_sink: None,
+            observer: None,
+            watch: true,
+            quiet: Duration::from_millis(200),
+            max_wait: Duration::from_secs(2),
+        }
+    }
+
+    /// Sets [`RuntimeConfig::watch`].
+    #[must_use]
+    pub fn watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// Sets [`RuntimeConfig::namespace`].
+    #[must_use]
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Sets [`EngineOptions::cache_dir`].
+    #[must_use]
+    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.engine.cache_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets [`RuntimeConfig::observer`].
+    #[must_use]
+    pub fn observer(mut self, observer: BatchObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Sets [`RuntimeConfig::log_sink`].
+    #[must_use]
+    pub fn log_sink(mut self, sink: LogSink) -> Self {
+        self.log_sink = Some(sink);
+        self
+    }
+}
+
+/// Sees each batch a plugin is about to handle, with the plugin's name.
+pub type BatchObserver = Arc<dyn Fn(&str, &[Delta]) + Send + Sync>;
+
+/// The running plugins of one directory.
+pub struct Runtime {
+    reconciler: Arc<Reconciler>,
+    watcher: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("dir", &self.reconciler.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Starts every plugin of the directory against the cluster `client` talks
+    /// to, then (with [`RuntimeConfig::watch`]) follows the directory. A plugin
+    /// that cannot start is logged and shows as [`PluginState::Failed`] in
+    /// [`Runtime::status`].
+    ///
+    /// # Errors
+    ///
+    /// When the engine cannot be set up, or the directory cannot be read or
+    /// watched.
+    pub async fn start(client: kube::Client, config: RuntimeConfig) -> Result<Self, Error> {
+        let engine = PluginEngine::with_options(&config.engine)?;
+        let reconciler = Arc::new(Reconciler::new(
+            engine,
+            SharedInformerFactory::new(client),
+            config.plugins.clone(),
+            config.namespace,
+            config.log_sink,
+            config.observer,
+        ));
+        // Fail early on a directory that cannot be read.
+        if plugin_files(&reconciler.dir)?.is_empty() {
+            tracing::warn!(dir = %reconciler.dir.display(), "no plugins (*.wasm) in the plugin directory");
+        }
+        // Watch before the first scan, so no change slips between the two.
+        let watcher = if config.watch {
+            let weak = Arc::downgrade(&reconciler);
+            Some(directory::watch(
+                &reconciler.dir,
+                config.quiet,
+                config.max_wait,
+                move || {
+                    let weak = weak.clone();
+                    async move {
+                        let Some(reconciler) = weak.upgrade() else { return false };
+                        reconciler.reconcile().await;
+                        true
+                    }
+                },
+            )?)
+        } else {
+            None
+        };
+        reconciler.reconcile().await;
+        Ok(Self { reconciler, watcher })
+    }
+
+    /// Brings the running plugins in line with the directory now: loads new
+    /// files, reloads changed files and manifests, unloads removed files. The
+    /// directory watch does this by itself; call it to apply a change at once.
+    pub async fn reconcile(&self) {
+        self.reconciler.reconcile().await;
+    }
+
+    /// The status of every plugin, by name.
+    #[must_use]
+    pub fn status(&self) -> Vec<PluginStatus> {
+        self.reconciler.status()
+    }
+
+    /// True when every plugin handles deltas (none starting, restarting,
+    /// quarantined or failed).
+    #[must_use]
+    pub fn all_running(&self) -> bool {
+        self.status().iter().all(|status| status.state == PluginState::Running)
+    }
+
+    /// How many plugin instances (stores) are alive.
+    #[must_use]
+    pub fn live_instances(&self) -> usize {
+        self.reconciler.engine.live_instances()
+    }
+
+    /// How many informers run for the plugins.
+    #[must_use]
+    pub fn running_informers(&self) -> usize {
+        self.reconciler.factory.running_count()
+    }
+
+    /// Serves the plugins' status as JSON at `GET /plugins` on `address`; returns
+    /// the address bound (pass port 0 for any free one).
+    ///
+    /// # Errors
+    ///
+    /// When the address cannot be bound.
+    pub async fn serve_status(&self, address: std::net::SocketAddr) -> std::io::Result<std::net::SocketAddr> {
+        status::serve(
+            address,
+            Arc::downgrade(&self.reconciler),
+            Reconciler::status,
+            self.reconciler.stop.subscribe(),
+        )
+        .await
+    }
+
+    /// Stops every plugin (each finishes the call it is in) and returns their
+    /// final status.
+    pub async fn shutdown(mut self) -> Vec<PluginStatus> {
+        if let Some(watcher) = self.watcher.take() {
+            watcher.abort();
+        }
+        let _ = self.reconciler.stop.send(true);
+        let threads: Vec<JoinHandle<()>> = self.reconciler.take_threads();
+        let _ = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        })
+        .await;
+        self.reconciler.status()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(watcher) = self.watcher.take() {
+            watcher.abort();
+        }
+        let _ = self.reconciler.stop.send(true);
+    }
+}

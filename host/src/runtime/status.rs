@@ -1,0 +1,193 @@
+//! What each plugin is doing and has done: its state, digests and counters,
+//! kept by the reconciler and the worker, and served as JSON over HTTP.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use serde::{Serialize, Serializer};
+
+use crate::plugin::{LogLine, plugin_name};
+use crate::registration::Registration;
+
+/// Where a plugin is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PluginState {
+    /// Compiling, starting or waiting for its caches to sync.
+    Starting,
+    /// Handling deltas.
+    Running,
+    /// Waiting to start a fresh instance after a failure.
+    Restarting,
+    /// Failed too often; no longer run.
+    Quarantined,
+    /// Could not be loaded (broken file or manifest, refused `init`), and no
+    /// earlier version runs.
+    Failed,
+    /// Stopped by the host.
+    Stopped,
+}
+
+/// How recent log lines a status keeps.
+pub(super) const STATUS_LOG_LINES: usize = 256;
+
+/// What one plugin is doing and has done.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// The plugin's name (its file stem).
+    pub name: String,
+    /// Its file.
+    pub file: PathBuf,
+    /// The SHA-256 digest of the file as last read from the directory.
+    #[serde(serialize_with = "short_digest")]
+    pub desired_digest: Option<String>,
+    /// The digest of the version handling deltas; `None` until one does.
+    #[serde(serialize_with = "short_digest")]
+    pub running_digest: Option<String>,
+    /// A digest that failed to load or was rolled back; not retried until the
+    /// file changes.
+    #[serde(serialize_with = "short_digest")]
+    pub rejected_digest: Option<String>,
+    /// Where it is.
+    pub state: PluginState,
+    /// What the running version registered.
+    #[serde(rename = "version", serialize_with = "registered_version")]
+    pub registration: Option<Registration>,
+    /// Subscriptions and indexes refused by its grant, and why.
+    pub refused: Vec<String>,
+    /// Why the last load or reload failed, if it did.
+    pub load_error: Option<String>,
+    /// Deltas handled.
+    pub deltas: u64,
+    /// `handle` calls that succeeded.
+    pub batches: u64,
+    /// `handle` calls that returned an error.
+    pub errors: u64,
+    /// Batches delivered again after an error.
+    pub retries: u64,
+    /// Deltas skipped after errors.
+    pub skipped: u64,
+    /// Traps, deadline overruns and memory-limit hits.
+    pub traps: u64,
+    /// Fresh instances started after a failure.
+    pub restarts: u64,
+    /// New versions (file or manifest) swapped in.
+    pub reloads: u64,
+    /// New versions replaced by the previous one after failing.
+    pub rollbacks: u64,
+    /// The last error of a running version, if any.
+    pub last_error: Option<String>,
+    /// The plugin's most recent log lines, across restarts, oldest first.
+    #[serde(skip)]
+    pub recent_logs: VecDeque<LogLine>,
+}
+
+impl PluginStatus {
+    pub(super) fn new(file: &Path) -> Self {
+        Self {
+            name: plugin_name(file),
+            file: file.to_owned(),
+            desired_digest: None,
+            running_digest: None,
+            rejected_digest: None,
+            state: PluginState::Starting,
+            registration: None,
+            refused: Vec::new(),
+            load_error: None,
+            deltas: 0,
+            batches: 0,
+            errors: 0,
+            retries: 0,
+            skipped: 0,
+            traps: 0,
+            restarts: 0,
+            reloads: 0,
+            rollbacks: 0,
+            last_error: None,
+            recent_logs: VecDeque::new(),
+        }
+    }
+}
+
+pub(super) type SharedStatus = Arc<Mutex<PluginStatus>>;
+
+pub(super) fn update<R>(status: &SharedStatus, f: impl FnOnce(&mut PluginStatus) -> R) -> R {
+    f(&mut status.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// A digest as the status shows it: its first 12 hex digits.
+fn short_digest<S: Serializer>(digest: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+    digest
+        .as_deref()
+        .map(|digest| &digest[..12.min(digest.len())])
+        .serialize(serializer)
+}
+
+/// The version the running plugin registered with.
+fn registered_version<S: Serializer>(registration: &Option<Registration>, serializer: S) -> Result<S::Ok, S::Error> {
+    registration
+        .as_ref()
+        .map(|registration| registration.version.as_str())
+        .serialize(serializer)
+}
+
+/// Serves every plugin's status (without the log lines) as a JSON array at
+/// `GET /plugins` until `stopped` turns true; `statuses` answers each request
+/// while the runtime lives. Returns the address bound.
+pub(super) async fn serve<T: Send + Sync + 'static>(
+    address: std::net::SocketAddr,
+    owner: Weak<T>,
+    statuses: fn(&T) -> Vec<PluginStatus>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    let bound = listener.local_addr()?;
+    let app = axum::Router::new().route(
+        "/plugins",
+        axum::routing::get(move || {
+            let owner = owner.clone();
+            async move {
+                let plugins = owner.upgrade().map(|owner| statuses(&owner)).unwrap_or_default();
+                let body = serde_json::to_string(&plugins).unwrap_or_else(|_| "[]".to_owned());
+                ([(axum::http::header::CONTENT_TYPE, "application/json")], body)
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+            tracing::warn!(%error, "status endpoint stopped");
+        }
+    });
+    tracing::info!(address = %bound, "plugin status at http://{bound}/plugins");
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_json_shows_short_digests_and_the_registered_version() {
+        let mut status = PluginStatus::new(Path::new("/plugins/shop.wasm"));
+        status.running_digest = Some("0123456789abcdef0123".into());
+        status.registration = Some(Registration {
+            name: "shop".into(),
+            version: "1.2.0".into(),
+            subscriptions: Vec::new(),
+            indexes: Vec::new(),
+        });
+        status.deltas = 7;
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["name"], "shop");
+        assert_eq!(json["state"], "Starting");
+        assert_eq!(json["runningDigest"], "0123456789ab");
+        assert_eq!(json["desiredDigest"], serde_json::Value::Null);
+        assert_eq!(json["version"], "1.2.0");
+        assert_eq!(json["deltas"], 7);
+        assert!(json.get("recentLogs").is_none());
+    }
+}

@@ -1,0 +1,200 @@
+//! One version of a plugin: its component and manifest, started (`init` run,
+//! registration reviewed, informers started and synced) and ready to take
+//! deltas; and the listener queues a version reads them from.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::Error;
+use crate::caches::Caches;
+use crate::delta::Delta;
+use crate::grant::{Refusal, Scope};
+use crate::informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
+use crate::manifest::Manifest;
+use crate::plugin::{LogSink, PluginComponent, PluginInstance, PluginOptions};
+use crate::processor::{Listener, ListenerOptions};
+use crate::registration::Registration;
+
+/// A version of a plugin, started and registered.
+pub(super) struct Version {
+    pub(super) component: PluginComponent,
+    pub(super) manifest: Manifest,
+    options: PluginOptions,
+    caches: Caches,
+    informers: Vec<(SharedIndexInformer, bool)>,
+    listener_options: ListenerOptions,
+    pub(super) registration: Registration,
+    pub(super) refused: Vec<Refusal>,
+    /// The instance `init` ran in, until the worker takes it.
+    pub(super) instance: Option<PluginInstance>,
+}
+
+/// Where a version runs: the host's informers and limits, and where its log goes.
+pub(super) struct Context<'a> {
+    pub(super) factory: &'a SharedInformerFactory,
+    /// The namespaces the host itself is confined to.
+    pub(super) scope: &'a Scope,
+    /// The namespace every informer is confined to, when the host is.
+    pub(super) namespace: Option<&'a str>,
+    pub(super) log_sink: LogSink,
+}
+
+impl Version {
+    /// Starts a version: runs `init`, reviews the registration against the
+    /// grant, and starts (or shares) its informers, waiting for them to sync.
+    /// Everything but handing it deltas.
+    pub(super) async fn prepare(
+        name: &str,
+        component: PluginComponent,
+        manifest: Manifest,
+        context: Context<'_>,
+    ) -> Result<Self, Error> {
+        let grant = manifest.grant.clone().within(context.scope);
+        let caches = Caches::new();
+        let options = PluginOptions::with_limits(manifest.limits)
+            .grant(grant.clone())
+            .log_sink(context.log_sink);
+        let (starting, config, instance_options) = (component.clone(), manifest.config.clone(), options.clone());
+        let instance_caches = caches.clone();
+        let (instance, registration) = blocking(move || {
+            let mut instance = starting.instantiate(instance_caches, instance_options)?;
+            let registration = instance.init(&config)?;
+            Ok((instance, registration))
+        })
+        .await?;
+        tracing::info!(
+            plugin = %name,
+            name = %registration.name,
+            version = %registration.version,
+            digest = &component.digest()[..12],
+            "plugin initialised"
+        );
+
+        let review = grant.review(&registration);
+        for refusal in &review.refused {
+            tracing::warn!(plugin = %name, %refusal, "registration refused in part");
+        }
+        let mut informers: Vec<(SharedIndexInformer, bool)> = Vec::new();
+        for subscription in &review.subscriptions {
+            let mut key = InformerKey::new(subscription.gvk.clone());
+            key.namespace = subscription
+                .namespace
+                .clone()
+                .or_else(|| context.namespace.map(str::to_owned));
+            key.label_selector.clone_from(&subscription.label_selector);
+            let informer = context.factory.informer(key).await.map_err(|source| Error::Informer {
+                plugin: name.to_owned(),
+                source: Box::new(source),
+            })?;
+            if caches.get(&subscription.gvk).is_none() {
+                caches.insert(subscription.gvk.clone(), informer.cache());
+            }
+            informers.push((informer, subscription.deliver));
+        }
+        for index in &review.indexes {
+            if let Some((informer, _)) = informers.iter().find(|(informer, _)| informer.key().gvk == index.gvk) {
+                informer
+                    .add_index(&index.name, &index.field_path)
+                    .map_err(|error| Error::Registration {
+                        plugin: name.to_owned(),
+                        reason: error.to_string(),
+                    })?;
+            }
+        }
+        wait_for_sync(name, &informers).await;
+        let listener_options = ListenerOptions::default()
+            .queue_capacity(manifest.limits.queue_capacity)
+            .scope(grant.namespaces().clone());
+        Ok(Self {
+            component,
+            manifest,
+            options,
+            caches,
+            informers,
+            listener_options,
+            registration,
+            refused: review.refused,
+            instance: Some(instance),
+        })
+    }
+
+    /// The digest of its component.
+    pub(super) fn digest(&self) -> &str {
+        self.component.digest()
+    }
+
+    /// A new instance of this version, `init` run.
+    pub(super) fn fresh_instance(&self) -> Result<PluginInstance, crate::plugin::Error> {
+        let mut instance = self.component.instantiate(self.caches.clone(), self.options.clone())?;
+        instance.init(&self.manifest.config)?;
+        Ok(instance)
+    }
+
+    /// The listener queues this version reads from: those of `previous` that
+    /// deliver the same stream are kept, with a replay of what they handed out
+    /// (so this version starts exactly where the old one stopped); the others
+    /// are new and start with the cache as an initial list.
+    pub(super) fn attach(&self, name: &str, mut previous: Vec<Feed>) -> (Vec<Feed>, VecDeque<Delta>) {
+        let mut feeds = Vec::new();
+        let mut replay = VecDeque::new();
+        let options = (
+            self.listener_options.scope.clone(),
+            self.listener_options.queue_capacity,
+        );
+        for (informer, deliver) in &self.informers {
+            if !deliver {
+                continue;
+            }
+            let key = informer.key().clone();
+            if let Some(position) = previous.iter().position(|old| old.key == key && old.options == options) {
+                let kept = previous.swap_remove(position);
+                replay.extend(kept.listener.replay());
+                feeds.push(kept);
+            } else {
+                feeds.push(Feed {
+                    key,
+                    options: options.clone(),
+                    listener: informer.add_listener(name, &self.listener_options),
+                });
+            }
+        }
+        (feeds, replay)
+    }
+}
+
+/// A listener queue a worker takes deltas from, and the stream it was made for.
+pub(super) struct Feed {
+    key: InformerKey,
+    options: (Scope, usize),
+    pub(super) listener: Listener,
+}
+
+/// Like client-go's `WaitForCacheSync`: nothing is delivered before every cache
+/// the plugin registered for has synced, so its first deltas can rely on its
+/// cache queries; a running older version serves meanwhile.
+async fn wait_for_sync(name: &str, informers: &[(SharedIndexInformer, bool)]) {
+    let waiting = Instant::now();
+    let mut reported = Duration::ZERO;
+    while !informers.iter().all(|(informer, _)| informer.has_synced()) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if waiting.elapsed() >= reported + Duration::from_secs(10) {
+            reported = waiting.elapsed();
+            let pending: Vec<&str> = informers
+                .iter()
+                .filter(|(informer, _)| !informer.has_synced())
+                .map(|(informer, _)| informer.key().gvk.kind.as_str())
+                .collect();
+            tracing::info!(plugin = %name, ?pending, waited_s = reported.as_secs(), "waiting for caches to sync");
+        }
+    }
+}
+
+/// Runs blocking plugin work (compiling, `init`) off the async threads.
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, crate::plugin::Error> + Send + 'static,
+) -> Result<T, crate::plugin::Error> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result,
+        Err(join) => std::panic::resume_unwind(join.into_panic()),
+    }
+}

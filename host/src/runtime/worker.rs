@@ -1,0 +1,408 @@
+//! A plugin's worker: a thread that owns the plugin's instance and serves it
+//! batches, restarts it, swaps versions and rolls back, as its [`Lifecycle`]
+//! says.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::lifecycle::{Event, Lifecycle, State, retry_backoff};
+use super::status::{PluginState, SharedStatus, update};
+use super::version::{Feed, Version};
+use super::{BatchObserver, Error};
+use crate::delta::Delta;
+use crate::one_line;
+use crate::plugin::PluginInstance;
+
+/// What a worker is told between two batches.
+pub(super) enum Command {
+    /// Swap in a new version.
+    Swap(Box<Version>),
+    /// Handle what is queued, then stop.
+    Unload,
+}
+
+/// The reconciler's handle on a worker.
+pub(super) struct WorkerHandle {
+    pub(super) commands: tokio::sync::mpsc::UnboundedSender<Command>,
+    pub(super) thread: JoinHandle<()>,
+}
+
+impl WorkerHandle {
+    /// True while the worker takes commands.
+    pub(super) fn alive(&self) -> bool {
+        !self.thread.is_finished() && !self.commands.is_closed()
+    }
+}
+
+/// What the worker waited for.
+enum Work {
+    Batch(Vec<Delta>),
+    Command(Command),
+    Due,
+    Stop,
+}
+
+/// How delivering a batch ended.
+enum Delivery {
+    Done,
+    Stopped,
+    Failed,
+}
+
+/// One plugin's worker thread.
+pub(super) struct Worker {
+    name: String,
+    status: SharedStatus,
+    stopped: tokio::sync::watch::Receiver<bool>,
+    commands: tokio::sync::mpsc::UnboundedReceiver<Command>,
+    runtime: tokio::runtime::Handle,
+    live: Version,
+    /// The version before the live one, for a rollback while on probation.
+    previous: Option<Version>,
+    lifecycle: Lifecycle,
+    /// The instance, while serving.
+    instance: Option<PluginInstance>,
+    feeds: Vec<Feed>,
+    /// Deltas to hand out before the feeds': a replay after a swap.
+    pending: VecDeque<Delta>,
+    observer: Option<BatchObserver>,
+}
+
+impl Worker {
+    /// Starts the worker of `version` on its own thread.
+    pub(super) fn spawn(
+        name: &str,
+        status: &SharedStatus,
+        mut version: Version,
+        stopped: tokio::sync::watch::Receiver<bool>,
+        observer: Option<BatchObserver>,
+    ) -> Result<WorkerHandle, Error> {
+        let (commands, received) = tokio::sync::mpsc::unbounded_channel();
+        let (feeds, _) = version.attach(name, Vec::new());
+        let worker = Self {
+            name: name.to_owned(),
+            status: Arc::clone(status),
+            stopped,
+            commands: received,
+            runtime: tokio::runtime::Handle::current(),
+            lifecycle: Lifecycle::new(version.manifest.failures),
+            instance: version.instance.take(),
+            live: version,
+            previous: None,
+            feeds,
+            pending: VecDeque::new(),
+            observer,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("plugin-{name}"))
+            .spawn(move || worker.run())
+            .map_err(|source| Error::Thread {
+                plugin: name.to_owned(),
+                source,
+            })?;
+        Ok(WorkerHandle { commands, thread })
+    }
+
+    /// Serves the plugin until it is stopped or unloaded: each turn does what
+    /// the state asks and steps the lifecycle with what happened.
+    fn run(mut self) {
+        self.went_live();
+        loop {
+            let state = self.lifecycle.state();
+            let event = match state {
+                State::Stopped => break,
+                State::Serving => match self.next_work(None) {
+                    Work::Batch(batch) => match self.deliver(&batch) {
+                        Delivery::Done => continue,
+                        Delivery::Stopped => Event::Stop,
+                        Delivery::Failed => Event::Failed,
+                    },
+                    Work::Command(command) => self.command(command),
+                    Work::Due => continue,
+                    Work::Stop => Event::Stop,
+                },
+                State::Restarting { at } => match self.next_work(Some(at)) {
+                    Work::Due => self.restart(),
+                    Work::Command(command) => self.command(command),
+                    Work::Batch(_) => continue,
+                    Work::Stop => Event::Stop,
+                },
+                State::RollingBack => self.roll_back(),
+                State::Quarantined => match self.next_work(None) {
+                    Work::Command(command) => self.command(command),
+                    Work::Batch(_) | Work::Due => continue,
+                    Work::Stop => Event::Stop,
+                },
+                State::Draining => {
+                    self.drain();
+                    Event::Drained
+                }
+            };
+            let next = self.lifecycle.step(event, Instant::now());
+            self.entered(state, next);
+        }
+    }
+
+    /// Shows a new state in the status and the log, and lets go of what it
+    /// no longer needs.
+    fn entered(&mut self, from: State, to: State) {
+        match to {
+            State::Serving if from != State::Serving => self.went_live(),
+            State::Restarting { at } => {
+                self.instance = None;
+                update(&self.status, |status| status.state = PluginState::Restarting);
+                let backoff_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64;
+                tracing::warn!(plugin = %self.name, backoff_ms, "restarting the plugin after a failure");
+            }
+            State::Quarantined if from != State::Quarantined => {
+                self.instance = None;
+                self.feeds.clear();
+                self.pending.clear();
+                let window_s = self.live.manifest.failures.restart_window.as_secs();
+                tracing::error!(
+                    plugin = %self.name,
+                    failures = self.lifecycle.recent_failures(),
+                    window_s,
+                    "plugin quarantined: it failed too often; change its file or manifest to try again"
+                );
+                update(&self.status, |status| status.state = PluginState::Quarantined);
+            }
+            State::Stopped if from != State::Quarantined => {
+                update(&self.status, |status| status.state = PluginState::Stopped);
+            }
+            _ => {}
+        }
+    }
+
+    /// Records that the live version handles deltas from now on.
+    fn went_live(&self) {
+        update(&self.status, |status| {
+            status.state = PluginState::Running;
+            status.running_digest = Some(self.live.digest().to_owned());
+            status.registration = Some(self.live.registration.clone());
+            status.refused = self.live.refused.iter().map(ToString::to_string).collect();
+        });
+    }
+
+    /// Carries out a command from the reconciler.
+    fn command(&mut self, command: Command) -> Event {
+        match command {
+            Command::Unload => Event::Unload,
+            Command::Swap(version) => {
+                let mut version = *version;
+                self.instance = version.instance.take();
+                (self.feeds, self.pending) = version.attach(&self.name, std::mem::take(&mut self.feeds));
+                let old = std::mem::replace(&mut self.live, version);
+                tracing::info!(
+                    plugin = %self.name,
+                    from = &old.digest()[..12],
+                    to = &self.live.digest()[..12],
+                    replayed = self.pending.len(),
+                    "swapped in the new version"
+                );
+                self.previous = Some(old);
+                update(&self.status, |status| status.reloads += 1);
+                self.went_live();
+                Event::Swapped {
+                    policy: self.live.manifest.failures,
+                    with_previous: true,
+                }
+            }
+        }
+    }
+
+    /// Starts a fresh instance of the live version, from the cache as an
+    /// initial list.
+    fn restart(&mut self) -> Event {
+        match self.live.fresh_instance() {
+            Ok(fresh) => {
+                self.instance = Some(fresh);
+                (self.feeds, _) = self.live.attach(&self.name, Vec::new());
+                self.pending.clear();
+                update(&self.status, |status| status.restarts += 1);
+                Event::Started
+            }
+            Err(error) => {
+                let error = one_line(&error);
+                tracing::warn!(plugin = %self.name, %error, "restart failed");
+                update(&self.status, |status| status.last_error = Some(error));
+                Event::StartFailed
+            }
+        }
+    }
+
+    /// Replaces the live version by the previous one, which starts afresh where
+    /// the failed one stopped.
+    fn roll_back(&mut self) -> Event {
+        let Some(previous) = self.previous.take() else {
+            return self.restart();
+        };
+        let failed = std::mem::replace(&mut self.live, previous);
+        tracing::error!(
+            plugin = %self.name,
+            failed = &failed.digest()[..12],
+            restored = &self.live.digest()[..12],
+            "the new version keeps failing: rolled back to the previous one"
+        );
+        update(&self.status, |status| {
+            status.rollbacks += 1;
+            status.rejected_digest = Some(failed.digest().to_owned());
+        });
+        self.lifecycle.set_policy(self.live.manifest.failures);
+        (self.feeds, self.pending) = self.live.attach(&self.name, std::mem::take(&mut self.feeds));
+        match self.live.fresh_instance() {
+            Ok(instance) => {
+                self.instance = Some(instance);
+                Event::Started
+            }
+            Err(error) => {
+                update(&self.status, |status| status.last_error = Some(one_line(&error)));
+                Event::StartFailed
+            }
+        }
+    }
+
+    /// The next thing to do: replayed deltas first (while serving), then
+    /// whichever comes first of a batch, a command, the stop signal and `due`.
+    fn next_work(&mut self, due: Option<Instant>) -> Work {
+        let serving = self.instance.is_some() && self.lifecycle.state() == State::Serving;
+        let max_batch = self.live.manifest.limits.max_batch;
+        if serving && !self.pending.is_empty() {
+            let take = self.pending.len().min(max_batch);
+            return Work::Batch(self.pending.drain(..take).collect());
+        }
+        let (stopped, commands, feeds) = (&mut self.stopped, &mut self.commands, &mut self.feeds);
+        self.runtime.block_on(async {
+            let batches = async {
+                if serving && !feeds.is_empty() {
+                    let next = feeds
+                        .iter_mut()
+                        .map(|feed| Box::pin(feed.listener.next_batch(max_batch)));
+                    futures::future::select_all(next).await.0
+                } else {
+                    std::future::pending().await
+                }
+            };
+            let due = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = stopped.wait_for(|stop| *stop) => Work::Stop,
+                command = commands.recv() => command.map_or(Work::Stop, Work::Command),
+                () = due => Work::Due,
+                batch = batches => batch.map_or(Work::Stop, Work::Batch),
+            }
+        })
+    }
+
+    /// Handles what is queued now (not what arrives meanwhile), before unloading.
+    fn drain(&mut self) {
+        let max_batch = self.live.manifest.limits.max_batch;
+        let mut batches: Vec<Vec<Delta>> = Vec::new();
+        while !self.pending.is_empty() {
+            let take = self.pending.len().min(max_batch);
+            batches.push(self.pending.drain(..take).collect());
+        }
+        for feed in &mut self.feeds {
+            let mut left = feed.listener.stats().queued;
+            while left > 0 {
+                let Some(batch) = feed.listener.try_next_batch(left.min(max_batch)) else {
+                    break;
+                };
+                left = left.saturating_sub(batch.len());
+                batches.push(batch);
+            }
+        }
+        let drained: usize = batches.iter().map(Vec::len).sum();
+        for batch in batches {
+            if !matches!(self.deliver(&batch), Delivery::Done) {
+                break;
+            }
+        }
+        tracing::info!(plugin = %self.name, deltas = drained, "drained and unloaded");
+    }
+
+    /// Sleeps, unless stopped first: true when stopped.
+    fn sleep(&mut self, duration: std::time::Duration) -> bool {
+        let stopped = &mut self.stopped;
+        self.runtime.block_on(async {
+            tokio::select! {
+                () = tokio::time::sleep(duration) => false,
+                _ = stopped.wait_for(|stop| *stop) => true,
+            }
+        })
+    }
+
+    /// Hands one batch to the plugin, retrying or skipping it when the plugin
+    /// rejects it. A failed instance is dropped.
+    fn deliver(&mut self, batch: &[Delta]) -> Delivery {
+        let count = batch.len() as u64;
+        let policy = self.live.manifest.failures;
+        let mut attempt = 0_u32;
+        if let Some(observer) = &self.observer {
+            observer(&self.name, batch);
+        }
+        loop {
+            let Some(instance) = self.instance.as_mut() else {
+                return Delivery::Failed;
+            };
+            let _span = tracing::debug_span!(
+                "handle",
+                plugin = %self.name,
+                deltas = batch.len(),
+                first = %batch.first().map_or("", |delta| delta.key())
+            )
+            .entered();
+            for delta in batch {
+                tracing::trace!(
+                    key = %delta.key(),
+                    delta = ?delta.delta_type,
+                    rv = %delta.object.resource_version(),
+                    "delivering"
+                );
+            }
+            match instance.handle(batch) {
+                Ok(()) => {
+                    update(&self.status, |status| {
+                        status.deltas += count;
+                        status.batches += 1;
+                    });
+                    return Delivery::Done;
+                }
+                Err(crate::plugin::Error::Plugin { message, .. }) => {
+                    update(&self.status, |status| {
+                        status.errors += 1;
+                        status.last_error = Some(message.clone());
+                    });
+                    let Some(backoff) = retry_backoff(&policy, attempt) else {
+                        tracing::warn!(plugin = %self.name, deltas = count, %message, "batch skipped after the plugin rejected it");
+                        update(&self.status, |status| status.skipped += count);
+                        return Delivery::Done;
+                    };
+                    attempt += 1;
+                    tracing::info!(plugin = %self.name, attempt, %message, "batch rejected; retrying");
+                    update(&self.status, |status| status.retries += 1);
+                    if self.sleep(backoff) {
+                        return Delivery::Stopped;
+                    }
+                }
+                Err(error) => {
+                    let error = one_line(&error);
+                    tracing::warn!(plugin = %self.name, %error, "plugin failed; its instance is dropped");
+                    self.instance = None;
+                    update(&self.status, |status| {
+                        status.traps += 1;
+                        status.last_error = Some(error);
+                    });
+                    return Delivery::Failed;
+                }
+            }
+        }
+    }
+}
