@@ -1,0 +1,206 @@
+//! The benchmark's child processes: one side syncs or consumes churn alone in a process, and reports one JSON line.
+//!
+//! The parent spawns the benchmark's own executable with a hidden subcommand
+//! ([`crate::Child`]). A churn child prints `ready` once it has synced, then its
+//! report once it has seen every change; a sync child prints only its report.
+
+use std::io::{BufRead as _, Write as _};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::Child;
+use crate::cluster::client_for;
+use crate::consumers::{Side, Work, consumer, synced_cache};
+use crate::table::Samples;
+
+/// What a sync child reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct SyncReport {
+    pub(crate) sync_ms: f64,
+    /// Resident bytes before the client connected and 200 ms after sync.
+    pub(crate) rss_before: u64,
+    pub(crate) rss_after: u64,
+    pub(crate) objects: usize,
+    pub(crate) cached_bytes: usize,
+}
+
+/// What a churn child reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ChurnReport {
+    /// CPU time spent from ready to the last change.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub(crate) cpu_s: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub(crate) p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
+    pub(crate) p99_ms: f64,
+}
+
+/// JSON has no NaN: serde_json writes it as `null`, and this reads it back.
+fn nan_if_null<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
+}
+
+/// In a sync child: syncs every pod with one side, reports a [`SyncReport`].
+pub(crate) async fn sync(side: Side, kubeconfig: &Path) -> anyhow::Result<()> {
+    let client = client_for(kubeconfig).await?;
+    let before = resident_bytes();
+    let started = Instant::now();
+    let cache = synced_cache(client, side).await?;
+    let sync_ms = started.elapsed().as_secs_f64() * 1000.0;
+    // Let allocator caches settle before reading the resident size.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let report = SyncReport {
+        sync_ms,
+        rss_before: before,
+        rss_after: resident_bytes(),
+        objects: cache.objects,
+        cached_bytes: cache.cached_bytes,
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    drop(cache);
+    Ok(())
+}
+
+/// In a churn child: one side consumes `updates` stamped changes; reports a
+/// [`ChurnReport`].
+pub(crate) async fn churn(
+    side: Side,
+    work: Work,
+    plugins: usize,
+    updates: usize,
+    kubeconfig: &Path,
+) -> anyhow::Result<()> {
+    let consumer = consumer(client_for(kubeconfig).await?, side, work, plugins).await?;
+    let cpu = cpu_seconds();
+    println!("ready");
+    std::io::stdout().flush()?;
+    consumer.wait_for(updates).await?;
+    let cpu = cpu_seconds() - cpu;
+    let mut latencies = Samples::default();
+    for arrivals in &consumer.arrivals {
+        latencies.extend(
+            arrivals
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .latencies
+                .iter()
+                .copied(),
+        );
+    }
+    let report = ChurnReport {
+        cpu_s: cpu,
+        p50_ms: latencies.percentile(0.5),
+        p99_ms: latencies.percentile(0.99),
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    consumer.stop().await;
+    Ok(())
+}
+
+/// Runs a sync child to the end and reads its report.
+pub(crate) fn run_sync(side: Side, kubeconfig: &Path) -> anyhow::Result<SyncReport> {
+    let mut command = Child::Sync {
+        side,
+        kubeconfig: kubeconfig.to_owned(),
+    }
+    .command()?;
+    let output = tokio::task::block_in_place(|| command.output())?;
+    if !output.status.success() {
+        bail!("{side:?} sync failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    serde_json::from_slice(&output.stdout).context("child report")
+}
+
+/// A churn child that has synced and waits for changes.
+#[derive(Debug)]
+pub(crate) struct ChurnChild {
+    process: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl ChurnChild {
+    /// Starts a churn child and waits until it is ready.
+    pub(crate) fn start(
+        side: Side,
+        work: Work,
+        plugins: usize,
+        updates: usize,
+        kubeconfig: &Path,
+    ) -> anyhow::Result<Self> {
+        let mut process = Child::Churn {
+            side,
+            work,
+            plugins,
+            updates,
+            kubeconfig: kubeconfig.to_owned(),
+        }
+        .command()?
+        .stdout(Stdio::piped())
+        .spawn()?;
+        let mut lines = std::io::BufReader::new(process.stdout.take().context("child stdout")?).lines();
+        let ready = tokio::task::block_in_place(|| lines.next()).context("the consumer exited")??;
+        if ready != "ready" {
+            bail!("unexpected {ready:?}");
+        }
+        Ok(Self { process, lines })
+    }
+
+    /// Waits for the child's report, once it has seen every change.
+    pub(crate) fn report(mut self) -> anyhow::Result<ChurnReport> {
+        let report = tokio::task::block_in_place(|| self.lines.next()).context("the consumer exited")??;
+        let _ = tokio::task::block_in_place(|| self.process.wait());
+        Ok(serde_json::from_str(&report)?)
+    }
+}
+
+/// This process's resident size, from /proc.
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// CPU time this process has used, from /proc (USER_HZ = 100 ticks a second).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let fields: Vec<u64> = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|field| field.parse().ok())
+                .collect();
+            Some(fields.iter().sum::<u64>() as f64 / 100.0)
+        })
+        .unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_churn_report_with_no_latencies_reads_back_as_nan() {
+        let report = ChurnReport {
+            cpu_s: 1.5,
+            p50_ms: f64::NAN,
+            p99_ms: 2.0,
+        };
+        let read: ChurnReport = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
+        assert_eq!(read.cpu_s, 1.5);
+        assert!(read.p50_ms.is_nan());
+        assert_eq!(read.p99_ms, 2.0);
+    }
+}

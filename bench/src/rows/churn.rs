@@ -1,0 +1,109 @@
+//! Rows 3 and 4: steady churn, each consumer in its own process while this one writes stamped changes.
+
+use std::collections::BTreeMap;
+
+use crate::child::ChurnChild;
+use crate::cluster::{KubeconfigFile, quiet_cluster, write_paced};
+use crate::consumers::{Side, Work};
+use crate::rows::Sizes;
+use crate::table::{Samples, Table, Unit};
+
+/// One run of the churn stream, as the parent sees it.
+#[derive(Debug, Clone, Copy)]
+struct Churned {
+    /// Deltas delivered (to every plugin) per CPU-second of the consumer.
+    rate: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// Runs one side in a child process against a quiet cluster while this
+/// process writes the churn at its steady rate.
+async fn run(side: Side, work: Work, plugins: usize, sizes: &Sizes) -> anyhow::Result<Churned> {
+    let server = quiet_cluster(sizes.churn_pods).await?;
+    let kubeconfig = KubeconfigFile::new(&server)?;
+    let child = ChurnChild::start(side, work, plugins, sizes.churn_updates, kubeconfig.path())?;
+    write_paced(&server, sizes.churn_updates, sizes.churn_rate).await?;
+    let report = child.report()?;
+    server.shutdown();
+    let delivered = (sizes.churn_updates * plugins.max(1)) as f64;
+    Ok(Churned {
+        rate: delivered / report.cpu_s,
+        p50_ms: report.p50_ms,
+        p99_ms: report.p99_ms,
+    })
+}
+
+/// Row 3: deltas per CPU-second of the consuming process, and latency at a
+/// steady rate; 1 and 10 no-op plugins sharing one informer.
+pub(super) async fn rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::Result<()> {
+    eprintln!(
+        "row 3: {} changes at {}/s to {} realistic pods",
+        sizes.churn_updates, sizes.churn_rate, sizes.churn_pods
+    );
+    let mut results: BTreeMap<&str, Vec<Churned>> = BTreeMap::new();
+    for _ in 0..repeat {
+        for (key, side, plugins) in [
+            ("one", Side::Kinformer, 1),
+            ("ten", Side::Kinformer, 10),
+            ("dynamic", Side::KubeDynamic, 1),
+            ("pod", Side::KubePod, 1),
+        ] {
+            results
+                .entry(key)
+                .or_default()
+                .push(run(side, Work::Noop, plugins, sizes).await?);
+        }
+    }
+    let samples = |key: &str, of: fn(&Churned) -> f64| results[key].iter().map(of).collect::<Samples>();
+    let rate = |key: &str| samples(key, |churned| churned.rate);
+    for (theirs, label, target) in [("dynamic", "DynamicObject", "≥ 1.5×"), ("pod", "Pod", "≥ 1.0×")] {
+        table.add(
+            format!("3. churn, deltas per CPU-second, 1 no-op plugin (vs {label} reflector + closure)"),
+            rate("one").show(Unit::PerSecond),
+            rate(theirs).show(Unit::PerSecond),
+            rate("one").median() / rate(theirs).median(),
+            target,
+        );
+    }
+    // Ten plugins get ten times the deltas: the cost per change, ten against one.
+    let cost = |key: &str, plugins: f64| plugins / rate(key).median();
+    table.add(
+        "3. churn, CPU per change, 10 no-op plugins on one informer vs 1",
+        format!("{:.0} µs", cost("ten", 10.0) * 1e6),
+        format!("{:.0} µs", cost("one", 1.0) * 1e6),
+        cost("ten", 10.0) / cost("one", 1.0),
+        "≤ 1.5×",
+    );
+    for (name, ours, theirs) in [
+        ("p50", samples("one", |c| c.p50_ms), samples("pod", |c| c.p50_ms)),
+        ("p99", samples("one", |c| c.p99_ms), samples("pod", |c| c.p99_ms)),
+    ] {
+        table.add(
+            format!("3. churn, latency server write → handler, {name} (vs Pod reflector)"),
+            ours.show(Unit::Millis),
+            theirs.show(Unit::Millis),
+            ours.median() / theirs.median(),
+            "",
+        );
+    }
+    Ok(())
+}
+
+/// Row 4: a handler that parses each pod and sums CPU requests per namespace.
+pub(super) async fn work_row(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::Result<()> {
+    eprintln!("row 4: summing requests over {} changes", sizes.churn_updates);
+    let (mut ours, mut theirs) = (Samples::default(), Samples::default());
+    for _ in 0..repeat {
+        ours.push(run(Side::Kinformer, Work::Sum, 1, sizes).await?.rate);
+        theirs.push(run(Side::KubePod, Work::Sum, 1, sizes).await?.rate);
+    }
+    table.add(
+        "4. parse each pod, sum CPU requests per namespace: deltas per CPU-second (vs native on Pod reflector)",
+        ours.show(Unit::PerSecond),
+        theirs.show(Unit::PerSecond),
+        ours.median() / theirs.median(),
+        "≥ 0.67× (≤ 1.5× the cost)",
+    );
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! The rows of the table, numbered as in the README: each sets up its cluster, measures both sides and adds its lines.
+
+mod churn;
+mod isolation;
+mod query;
+mod reload;
+mod sync;
+
+use crate::table::Table;
+
+/// The sizes of every row.
+#[derive(Debug)]
+pub(crate) struct Sizes {
+    sync_pods: Vec<usize>,
+    churn_pods: usize,
+    churn_updates: usize,
+    churn_rate: f64,
+    query_pods: usize,
+    query_calls: u32,
+    reloads: usize,
+}
+
+impl Sizes {
+    /// The real sizes, or with `quick` tiny ones that only check every row runs.
+    pub(crate) fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                sync_pods: vec![200],
+                churn_pods: 50,
+                churn_updates: 300,
+                churn_rate: 500.0,
+                query_pods: 1000,
+                query_calls: 20,
+                reloads: 2,
+            }
+        } else {
+            Self {
+                sync_pods: vec![10_000, 100_000],
+                churn_pods: 1000,
+                churn_updates: 20_000,
+                churn_rate: 2000.0,
+                query_pods: 100_000,
+                query_calls: 2000,
+                reloads: 5,
+            }
+        }
+    }
+}
+
+/// Runs the `selected` rows (all when none are), each measurement `repeat`
+/// times, into a table.
+pub(crate) async fn run(selected: &[u8], sizes: &Sizes, repeat: usize) -> anyhow::Result<Table> {
+    let wanted = |row: u8| selected.is_empty() || selected.contains(&row);
+    let mut table = Table::default();
+    if wanted(1) || wanted(2) {
+        for &pods in &sizes.sync_pods {
+            sync::rows(&mut table, pods, repeat).await?;
+        }
+    }
+    if wanted(3) {
+        churn::rows(&mut table, sizes, repeat).await?;
+    }
+    if wanted(4) {
+        churn::work_row(&mut table, sizes, repeat).await?;
+    }
+    if wanted(5) {
+        query::rows(&mut table, sizes, repeat).await?;
+    }
+    if wanted(6) {
+        reload::rows(&mut table, sizes).await?;
+    }
+    if wanted(7) {
+        isolation::row(&mut table, sizes, repeat).await?;
+    }
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::quiet_cluster;
+    use crate::consumers::{Side, Work, consumer};
+
+    /// The churn consumers, the query and the isolation rows at toy sizes: they
+    /// run, and what they compare agrees (the query row checks the plugin's
+    /// answer against the native scan's).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_rows_run_at_toy_sizes() {
+        let sizes = Sizes {
+            sync_pods: vec![],
+            churn_pods: 20,
+            churn_updates: 100,
+            churn_rate: 1000.0,
+            query_pods: 300,
+            query_calls: 5,
+            reloads: 1,
+        };
+        // Each side consumes the same stream in this process (the benchmark
+        // runs them in child processes, which a test binary cannot be).
+        for side in [Side::Kinformer, Side::KubePod, Side::KubeDynamic] {
+            let server = quiet_cluster(sizes.churn_pods).await.unwrap();
+            let client = kube::Client::try_from(server.client_config()).unwrap();
+            let consumer = consumer(client, side, Work::Sum, 2).await.unwrap();
+            let rate = isolation::saturated(&server, consumer, sizes.churn_updates)
+                .await
+                .unwrap();
+            assert!(rate > 0.0, "{side:?}: {rate}");
+            server.shutdown();
+        }
+        let mut table = Table::default();
+        query::rows(&mut table, &sizes, 1).await.unwrap();
+        isolation::row(&mut table, &sizes, 1).await.unwrap();
+        assert_eq!(table.lines().len(), 3 + 1);
+        assert!(
+            table.lines().iter().all(|line| !line.ours.contains("NaN")),
+            "{:?}",
+            table.lines().iter().map(|l| &l.ours).collect::<Vec<_>>()
+        );
+    }
+}

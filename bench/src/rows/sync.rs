@@ -1,0 +1,90 @@
+//! Rows 1 and 2: sync time, resident memory and memory per object, each side in its own process.
+
+use std::collections::BTreeMap;
+
+use anyhow::bail;
+
+use crate::child::run_sync;
+use crate::cluster::{KubeconfigFile, quiet_cluster, served_pods};
+use crate::consumers::Side;
+use crate::table::{Samples, Table, Unit, count};
+
+/// Rows 1 and 2 for a cluster of `pods` pods, the sides alternating.
+pub(super) async fn rows(table: &mut Table, pods: usize, repeat: usize) -> anyhow::Result<()> {
+    eprintln!("rows 1-2: {pods} realistic pods");
+    let server = quiet_cluster(pods).await?;
+    let served = served_pods(&server)?;
+    let (pods_served, bytes_served) = (served.len(), served.iter().map(|pod| pod.json.len()).sum::<usize>());
+    drop(served);
+    let kubeconfig = KubeconfigFile::new(&server)?;
+    let mut time: BTreeMap<Side, Samples> = BTreeMap::new();
+    let mut rss: BTreeMap<Side, Samples> = BTreeMap::new();
+    let mut per_object: BTreeMap<Side, Samples> = BTreeMap::new();
+    let mut cached = 0;
+    for _ in 0..repeat {
+        for side in [Side::Kinformer, Side::KubePod, Side::KubeDynamic] {
+            let report = run_sync(side, kubeconfig.path())?;
+            if report.objects != pods_served {
+                bail!("{side:?} synced {} of {pods_served} pods", report.objects);
+            }
+            time.entry(side).or_default().push(report.sync_ms);
+            rss.entry(side)
+                .or_default()
+                .push(report.rss_after as f64 / f64::from(1 << 20));
+            per_object
+                .entry(side)
+                .or_default()
+                .push((report.rss_after as f64 - report.rss_before as f64) / pods_served as f64);
+            if side == Side::Kinformer {
+                cached = report.cached_bytes;
+            }
+        }
+    }
+    server.shutdown();
+    let n = count(pods);
+    let ours = Side::Kinformer;
+    for (theirs, label) in [(Side::KubeDynamic, "DynamicObject"), (Side::KubePod, "Pod")] {
+        table.add(
+            format!("1. sync {n} pods, time (vs `reflector` over {label})"),
+            time[&ours].show(Unit::Millis),
+            time[&theirs].show(Unit::Millis),
+            time[&ours].median() / time[&theirs].median(),
+            if theirs == Side::KubeDynamic { "≤ 0.5×" } else { "" },
+        );
+        table.add(
+            format!("1. sync {n} pods, resident memory (vs {label})"),
+            rss[&ours].show(Unit::Mib),
+            rss[&theirs].show(Unit::Mib),
+            rss[&ours].median() / rss[&theirs].median(),
+            if theirs == Side::KubeDynamic { "≤ 0.2×" } else { "" },
+        );
+    }
+    let raw = bytes_served as f64 / pods_served as f64;
+    let transformed = cached as f64 / pods_served as f64;
+    let per_object = |side: Side| per_object[&side].median();
+    table.add(
+        format!(
+            "2. {n} pods: memory per object ÷ JSON as served ({:.1} KB)",
+            raw / 1000.0
+        ),
+        format!("{:.2}×", per_object(ours) / raw),
+        format!(
+            "{:.2}× (DynamicObject), {:.2}× (Pod)",
+            per_object(Side::KubeDynamic) / raw,
+            per_object(Side::KubePod) / raw
+        ),
+        per_object(ours) / per_object(Side::KubeDynamic),
+        "",
+    );
+    table.add(
+        format!(
+            "2. {n} pods: memory per object ÷ JSON after the transform ({:.1} KB)",
+            transformed / 1000.0
+        ),
+        format!("{:.2}×", per_object(ours) / transformed),
+        "–".into(),
+        per_object(ours) / transformed,
+        "≤ 1.2×",
+    );
+    Ok(())
+}
