@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kinformer::sim::store::{Filter, PatchType, ResourceId, StoredObject};
-use kinformer::sim::workload::Workload;
-use kinformer::sim::{ApiServer, SimConfig};
+use apiserver_sim::store::{Filter, PatchType, ResourceId, StoredObject};
+use apiserver_sim::workload::Workload;
+use apiserver_sim::{ApiServer, SimConfig};
 use kube::api::GroupVersionKind;
 
 pub(crate) fn pods_id() -> ResourceId {

@@ -1,7 +1,7 @@
 //! Row 7: isolation: a well-behaved plugin's throughput beside one that loops to its deadline on every call.
 
 use anyhow::Context as _;
-use kinformer::sim::ApiServer;
+use apiserver_sim::ApiServer;
 
 use crate::cluster::{quiet_cluster, write_paced};
 use crate::consumers::{Consumer, Work, hostile, kinformer_consumer, manifest, probe};
