@@ -18,6 +18,7 @@ pub mod plugin;
 pub mod processor;
 pub mod reflector;
 pub mod runtime;
+pub mod workqueue;
 
 /// The embedded Kubernetes API server emulation.
 pub use apiserver_sim as sim;
