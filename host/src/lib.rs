@@ -21,6 +21,7 @@ pub mod processor;
 pub mod reflector;
 pub mod registration;
 pub mod runtime;
+pub mod workqueue;
 
 /// Kubernetes label selectors.
 pub use kinformer_selector as selector;
