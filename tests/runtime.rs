@@ -278,4 +278,15 @@ async fn a_plugin_granted_one_namespace_sees_nothing_of_another() {
     assert_eq!(no_pods.refused, ["v1 Pod: not granted"]);
     assert_eq!(no_pods.deltas, 0);
     assert!(logs.of("no-pods").is_empty());
+
+    // `kinformer check` reviews each plugin as the runtime did.
+    for name in ["spy", "secrets", "no-pods"] {
+        let report = kinformer_cli::check::check(&d.join(format!("{name}.wasm")), None).unwrap();
+        let refused: Vec<String> = report.review.refused.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            refused,
+            status(&statuses, name).refused,
+            "{name}: check and run disagree"
+        );
+    }
 }
