@@ -255,6 +255,7 @@ impl Grant {
     ///     version: "1".into(),
     ///     subscriptions: vec![subscription("Pod"), subscription("Secret")],
     ///     indexes: Vec::new(),
+    ///     controller: None,
     /// };
     /// let review = grant.review(&registration);
     /// assert_eq!(review.subscriptions, [subscription("Pod")]);
@@ -337,6 +338,7 @@ mod tests {
             version: "1".into(),
             subscriptions,
             indexes,
+            controller: None,
         }
     }
 

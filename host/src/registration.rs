@@ -1,6 +1,8 @@
 //! What a plugin asks for in `init`: the resources it subscribes to and the
 //! indexes it wants. The grant decides what it gets ([`crate::grant::Grant::review`]).
 
+use std::time::Duration;
+
 use kube::api::GroupVersionKind;
 
 /// What a plugin asked for in `init`.
@@ -14,6 +16,8 @@ pub struct Registration {
     pub subscriptions: Vec<Subscription>,
     /// Extra indexes it queries.
     pub indexes: Vec<IndexSpec>,
+    /// What a controller reconciles; `None` for a plugin that handles deltas.
+    pub controller: Option<ControllerSpec>,
 }
 
 /// A resource a plugin wants.
@@ -37,5 +41,32 @@ pub struct IndexSpec {
     /// The index name.
     pub name: String,
     /// The dotted field path whose values are indexed.
+    pub field_path: String,
+}
+
+/// What a controller reconciles, and which changes lead to its keys. Its
+/// primary, owned and mapped resources are among the registration's
+/// subscriptions (the host adds them when the plugin did not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerSpec {
+    /// The resource whose objects are the keys.
+    pub primary: GroupVersionKind,
+    /// Resources whose objects' controller owner is a primary object.
+    pub owns: Vec<GroupVersionKind>,
+    /// Other resources mapped to primary keys through an index.
+    pub maps: Vec<KeyMapping>,
+    /// How often every primary key is enqueued; `None` for never.
+    pub resync: Option<Duration>,
+}
+
+/// A change to an object of `gvk` enqueues the primary objects of its namespace
+/// whose index `index` holds a value found at `field_path` in the object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyMapping {
+    /// The watched resource.
+    pub gvk: GroupVersionKind,
+    /// An index on the primary resource's cache.
+    pub index: String,
+    /// A dotted path in the watched object.
     pub field_path: String,
 }

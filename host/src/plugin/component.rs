@@ -4,9 +4,10 @@ use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
 
 use super::engine::ticks;
 use super::host::HostState;
+use super::instance::Exports;
 use super::instance::LiveInstance;
 use super::log::PluginLog;
-use super::{Error, PluginEngine, PluginInstance, PluginOptions, Result, bindings};
+use super::{Error, PluginEngine, PluginInstance, PluginOptions, Result, bindings, controller_bindings};
 use crate::caches::Caches;
 
 /// A compiled and linked plugin, ready to instantiate any number of times.
@@ -15,7 +16,16 @@ pub struct PluginComponent {
     pub(super) name: String,
     pub(super) digest: String,
     pub(super) engine: PluginEngine,
-    pub(super) pre: bindings::PluginPre<HostState>,
+    pub(super) pre: Pre,
+}
+
+/// A component pre-instantiated for the world it implements.
+#[derive(Clone)]
+pub(super) enum Pre {
+    /// `plugin` or `writer`: `init` and `handle`.
+    Handler(bindings::WriterPre<HostState>),
+    /// `controller`: `init` and `reconcile`.
+    Controller(controller_bindings::ControllerPre<HostState>),
 }
 
 impl std::fmt::Debug for PluginComponent {
@@ -38,6 +48,12 @@ impl PluginComponent {
     #[must_use]
     pub fn digest(&self) -> &str {
         &self.digest
+    }
+
+    /// True for a controller (the `controller` world).
+    #[must_use]
+    pub fn is_controller(&self) -> bool {
+        matches!(self.pre, Pre::Controller(_))
     }
 
     /// Creates a fresh instance in its own store, reading from `caches`.
@@ -66,7 +82,11 @@ impl PluginComponent {
         store.limiter(|state| &mut state.store_limits);
         let deadline_ticks = ticks(options.limits.call_timeout);
         store.set_epoch_deadline(deadline_ticks);
-        let plugin = self.pre.instantiate(&mut store).map_err(|source| Error::Trap {
+        let plugin = match &self.pre {
+            Pre::Handler(pre) => pre.instantiate(&mut store).map(Exports::Handler),
+            Pre::Controller(pre) => pre.instantiate(&mut store).map(Exports::Controller),
+        }
+        .map_err(|source| Error::Trap {
             plugin: self.name.clone(),
             call: "instantiate",
             source,

@@ -9,8 +9,9 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
+use super::component::Pre;
 use super::host::HostState;
-use super::{Error, PluginComponent, Result, bindings, digest, plugin_name};
+use super::{Error, PluginComponent, Result, bindings, controller_bindings, digest, plugin_name};
 
 /// How often the epoch ticks; call deadlines are counted in ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -105,7 +106,7 @@ impl PluginEngine {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(Error::Engine)?;
-        bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
+        bindings::Writer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
             .map_err(Error::Engine)?;
 
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
@@ -195,10 +196,18 @@ impl PluginEngine {
             plugin: name.to_owned(),
             source,
         })?;
-        let pre = bindings::PluginPre::new(pre).map_err(|source| Error::Link {
-            plugin: name.to_owned(),
-            source,
-        })?;
+        let pre = match bindings::WriterPre::new(pre.clone()) {
+            Ok(handler) => Pre::Handler(handler),
+            Err(not_handler) => match controller_bindings::ControllerPre::new(pre) {
+                Ok(controller) => Pre::Controller(controller),
+                Err(_) => {
+                    return Err(Error::Link {
+                        plugin: name.to_owned(),
+                        source: not_handler,
+                    });
+                }
+            },
+        };
         Ok(PluginComponent {
             name: name.to_owned(),
             digest,

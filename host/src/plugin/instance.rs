@@ -1,16 +1,25 @@
-//! A running plugin instance: its own store, `init` and `handle` under the
-//! call deadline, poisoned after a trap.
+//! A running plugin instance: its own store, `init` and `handle` (or
+//! `reconcile`) under the call deadline, poisoned after a trap.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::GroupVersionKind;
 use wasmtime::Store;
 
 use super::bindings::kinformer::plugin::types as wit;
 use super::host::HostState;
-use super::{Error, LogLine, Result, bindings};
+use super::{Error, LogLine, Result, bindings, controller_bindings};
 use crate::delta::{Delta, DeltaType};
-use crate::registration::{IndexSpec, Registration, Subscription};
+use crate::registration::{ControllerSpec, IndexSpec, KeyMapping, Registration, Subscription};
+
+/// The exports of an instance, by the world its component implements.
+pub(super) enum Exports {
+    /// `init` and `handle`.
+    Handler(bindings::Writer),
+    /// `init` and `reconcile`.
+    Controller(controller_bindings::Controller),
+}
 
 /// Counts an instance as alive until it is dropped.
 pub(super) struct LiveInstance(Arc<std::sync::atomic::AtomicUsize>);
@@ -33,7 +42,7 @@ pub struct PluginInstance {
     pub(super) name: String,
     pub(super) _live: LiveInstance,
     pub(super) store: Store<HostState>,
-    pub(super) plugin: bindings::Plugin,
+    pub(super) plugin: Exports,
     pub(super) deadline_ticks: u64,
     pub(super) poisoned: bool,
 }
@@ -66,27 +75,83 @@ impl PluginInstance {
         self.store.data().log.dropped()
     }
 
-    /// Calls `init` with the config string and returns the registration.
+    /// True for a controller (it reconciles keys), false for a plugin that
+    /// handles deltas.
+    #[must_use]
+    pub fn is_controller(&self) -> bool {
+        matches!(self.plugin, Exports::Controller(_))
+    }
+
+    /// Calls `init` with the config string and returns the registration. A
+    /// controller's primary, owned and mapped resources are among its
+    /// subscriptions, added when it did not list them.
     ///
     /// # Errors
     ///
     /// [`Error::Plugin`] when the plugin refuses to start, [`Error::Trap`] when it
     /// trapped or broke a limit.
     pub fn init(&mut self, config: &str) -> Result<Registration> {
-        let registration = self.call("init", |plugin, store| plugin.call_init(store, config))?;
+        let (registration, controller) = match &self.plugin {
+            Exports::Handler(_) => (
+                self.call("init", |plugin, store| match plugin {
+                    Exports::Handler(plugin) => plugin.call_init(store, config),
+                    Exports::Controller(_) => unreachable_export("init"),
+                })?,
+                None,
+            ),
+            Exports::Controller(_) => {
+                let registration = self.call("init", |plugin, store| match plugin {
+                    Exports::Controller(plugin) => plugin.call_init(store, config),
+                    Exports::Handler(_) => unreachable_export("init"),
+                })?;
+                let spec = ControllerSpec {
+                    primary: from_wit_gvk(registration.primary),
+                    owns: registration.owns.into_iter().map(from_wit_gvk).collect(),
+                    maps: registration
+                        .maps
+                        .into_iter()
+                        .map(|mapping| KeyMapping {
+                            gvk: from_wit_gvk(mapping.gvk),
+                            index: mapping.index,
+                            field_path: mapping.field_path,
+                        })
+                        .collect(),
+                    resync: (registration.resync_seconds > 0)
+                        .then(|| Duration::from_secs(u64::from(registration.resync_seconds))),
+                };
+                (registration.base, Some(spec))
+            }
+        };
+        let mut subscriptions: Vec<Subscription> = registration
+            .subscriptions
+            .into_iter()
+            .map(|subscription| Subscription {
+                gvk: from_wit_gvk(subscription.gvk),
+                namespace: subscription.namespace,
+                label_selector: subscription.label_selector,
+                deliver: subscription.deliver,
+            })
+            .collect();
+        if let Some(spec) = &controller {
+            let wanted = std::iter::once(&spec.primary)
+                .chain(&spec.owns)
+                .chain(spec.maps.iter().map(|mapping| &mapping.gvk));
+            for gvk in wanted {
+                match subscriptions.iter_mut().find(|subscription| subscription.gvk == *gvk) {
+                    Some(subscription) => subscription.deliver = true,
+                    None => subscriptions.push(Subscription {
+                        gvk: gvk.clone(),
+                        namespace: None,
+                        label_selector: None,
+                        deliver: true,
+                    }),
+                }
+            }
+        }
         Ok(Registration {
             name: registration.name,
             version: registration.version,
-            subscriptions: registration
-                .subscriptions
-                .into_iter()
-                .map(|subscription| Subscription {
-                    gvk: from_wit_gvk(subscription.gvk),
-                    namespace: subscription.namespace,
-                    label_selector: subscription.label_selector,
-                    deliver: subscription.deliver,
-                })
-                .collect(),
+            subscriptions,
             indexes: registration
                 .indexes
                 .into_iter()
@@ -96,6 +161,7 @@ impl PluginInstance {
                     field_path: index.field_path,
                 })
                 .collect(),
+            controller,
         })
     }
 
@@ -104,16 +170,49 @@ impl PluginInstance {
     /// # Errors
     ///
     /// [`Error::Plugin`] when the plugin reports an error for the batch (deliver
-    /// it again or skip it), [`Error::Trap`] when it trapped or broke a limit.
+    /// it again or skip it), [`Error::Trap`] when it trapped or broke a limit;
+    /// [`Error::Plugin`] too for a controller, which has no `handle`.
     pub fn handle(&mut self, batch: &[Delta]) -> Result<()> {
         let batch: Vec<wit::Delta> = batch.iter().map(to_wit_delta).collect();
-        self.call("handle", |plugin, store| plugin.call_handle(store, &batch))
+        self.call("handle", |plugin, store| match plugin {
+            Exports::Handler(plugin) => plugin.call_handle(store, &batch),
+            Exports::Controller(_) => Ok(Err(wit::Error {
+                message: "a controller reconciles keys; it has no handle".into(),
+            })),
+        })
+    }
+
+    /// Reconciles one key (`namespace/name`, or `name`); returns when to
+    /// reconcile it again regardless of changes, if the controller asked.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Plugin`] when the controller reports an error (retry the key
+    /// with backoff), [`Error::Trap`] when it trapped or broke a limit;
+    /// [`Error::Plugin`] too for a plugin that handles deltas.
+    pub fn reconcile(&mut self, key: &str) -> Result<Option<Duration>> {
+        let (namespace, name) = match key.split_once('/') {
+            Some((namespace, name)) => (Some(namespace.to_owned()), name.to_owned()),
+            None => (None, key.to_owned()),
+        };
+        let request = wit::ReconcileRequest {
+            key: key.to_owned(),
+            namespace,
+            name,
+        };
+        let action = self.call("reconcile", |plugin, store| match plugin {
+            Exports::Controller(plugin) => plugin.call_reconcile(store, &request),
+            Exports::Handler(_) => Ok(Err(wit::Error {
+                message: "a plugin that handles deltas has no reconcile".into(),
+            })),
+        })?;
+        Ok(action.requeue_after_ms.map(Duration::from_millis))
     }
 
     fn call<T>(
         &mut self,
         call: &'static str,
-        f: impl FnOnce(&bindings::Plugin, &mut Store<HostState>) -> wasmtime::Result<Result<T, wit::Error>>,
+        f: impl FnOnce(&Exports, &mut Store<HostState>) -> wasmtime::Result<Result<T, wit::Error>>,
     ) -> Result<T> {
         if self.poisoned {
             return Err(Error::Poisoned(self.name.clone()));
@@ -167,4 +266,12 @@ fn to_wit_delta(delta: &Delta) -> wit::Delta {
         old_object: delta.old.as_ref().map(|old| old.json().to_string()),
         initial_list: delta.initial_list,
     }
+}
+
+/// The answer to calling an export the world does not have; never reached,
+/// as the caller matched the world first.
+fn unreachable_export<T>(call: &str) -> wasmtime::Result<Result<T, wit::Error>> {
+    Ok(Err(wit::Error {
+        message: format!("the component has no {call} of this world"),
+    }))
 }

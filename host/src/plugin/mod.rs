@@ -20,6 +20,7 @@
 //! # Ok::<(), kinformer::plugin::Error>(())
 //! ```
 
+mod cluster;
 mod component;
 mod engine;
 mod host;
@@ -36,13 +37,32 @@ pub use engine::{EngineOptions, PluginEngine};
 pub use instance::PluginInstance;
 pub use log::{LogLine, LogSink};
 
-/// The WIT world a plugin implements, with its version.
+/// The WIT world a plugin implements, with its version. A component of the
+/// `writer` world (the same, importing `cluster` too) is one as well.
 pub const WORLD: &str = "kinformer:plugin/plugin@0.1.0";
+/// The WIT world a controller implements, with its version.
+pub const CONTROLLER_WORLD: &str = "kinformer:plugin/controller@0.1.0";
 
+/// The `writer` world: `plugin`'s exports, every host interface imported. The
+/// linker provides them all, so components of the `plugin` world link too.
 mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
-        world: "plugin",
+        world: "writer",
+    });
+}
+
+/// The `controller` world, sharing the interfaces bound above.
+mod controller_bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "controller",
+        with: {
+            "kinformer:plugin/types": super::bindings::kinformer::plugin::types,
+            "kinformer:plugin/cache": super::bindings::kinformer::plugin::cache,
+            "kinformer:plugin/log": super::bindings::kinformer::plugin::log,
+            "kinformer:plugin/cluster": super::bindings::kinformer::plugin::cluster,
+        },
     });
 }
 
@@ -61,8 +81,8 @@ pub enum Error {
         #[source]
         source: wasmtime::Error,
     },
-    /// The component does not implement the plugin world.
-    #[error("{plugin}: the component does not implement {WORLD}")]
+    /// The component implements neither the plugin world nor the controller world.
+    #[error("{plugin}: the component implements neither {WORLD} nor {CONTROLLER_WORLD}")]
     Link {
         /// The plugin's name.
         plugin: String,

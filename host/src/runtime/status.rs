@@ -179,6 +179,7 @@ mod tests {
             version: "1.2.0".into(),
             subscriptions: Vec::new(),
             indexes: Vec::new(),
+            controller: None,
         });
         status.deltas = 7;
         let json = serde_json::to_value(&status).unwrap();
