@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use kube::api::GroupVersionKind;
 
-use crate::index::check_definition;
+use crate::index::{LABEL_INDEX_PREFIX, NAMESPACE_INDEX, OWNER_INDEX, check_definition};
 use crate::object::CachedObject;
-use crate::registration::{IndexSpec, Registration, Subscription};
+use crate::registration::{ControllerSpec, IndexSpec, Registration, Subscription};
 use crate::selector::Selector;
 
 /// The namespaces a reader may see. Cluster-scoped objects (no namespace) are in
@@ -208,6 +208,10 @@ pub struct Review {
     pub subscriptions: Vec<Subscription>,
     /// The indexes it gets, each on the cache of an accepted subscription.
     pub indexes: Vec<IndexSpec>,
+    /// For a controller: its spec, without the owned and mapped resources it
+    /// does not get; `None` when its primary resource is refused (it cannot
+    /// run) or for a plugin that handles deltas.
+    pub controller: Option<ControllerSpec>,
     /// What it asked for and does not get.
     pub refused: Vec<Refusal>,
 }
@@ -224,6 +228,51 @@ pub struct Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.what, self.reason)
+    }
+}
+
+impl Review {
+    /// A controller's spec as far as the accepted subscriptions and indexes
+    /// allow: owned and mapped resources must be accepted, a mapping's index
+    /// must exist on the primary's cache.
+    fn controller_spec(&mut self, spec: &ControllerSpec) -> Option<ControllerSpec> {
+        let accepted = |gvk: &GroupVersionKind| self.subscriptions.iter().any(|subscription| subscription.gvk == *gvk);
+        if !accepted(&spec.primary) {
+            self.refused.push(Refusal {
+                what: format!("controller of {}", resource(&spec.primary)),
+                reason: "the primary resource is not granted".to_owned(),
+            });
+            return None;
+        }
+        let mut granted = spec.clone();
+        granted.owns.retain(|gvk| accepted(gvk));
+        let mut refused = Vec::new();
+        granted.maps.retain(|mapping| {
+            let what = format!("mapping of {} by index {}", resource(&mapping.gvk), mapping.index);
+            let built_in = mapping.index == NAMESPACE_INDEX
+                || mapping.index == OWNER_INDEX
+                || mapping.index.starts_with(LABEL_INDEX_PREFIX);
+            let declared = self
+                .indexes
+                .iter()
+                .any(|index| index.gvk == spec.primary && index.name == mapping.index);
+            let reason = if !accepted(&mapping.gvk) {
+                "the resource is not granted"
+            } else if !built_in && !declared {
+                "no such index on the primary resource"
+            } else if crate::index::FieldPath::parse(&mapping.field_path).is_err() {
+                "invalid field path"
+            } else {
+                return true;
+            };
+            refused.push(Refusal {
+                what,
+                reason: reason.to_owned(),
+            });
+            false
+        });
+        self.refused.extend(refused);
+        Some(granted)
     }
 }
 
@@ -305,6 +354,9 @@ impl Grant {
                 Some(reason) => review.refused.push(Refusal { what, reason }),
                 None => review.indexes.push(index.clone()),
             }
+        }
+        if let Some(spec) = &registration.controller {
+            review.controller = review.controller_spec(spec);
         }
         review
     }
@@ -408,6 +460,7 @@ mod tests {
             ],
         );
         let review = Grant::default().review(&asked);
+        assert_eq!(review.controller, None);
         assert_eq!(review.subscriptions, [asked.subscriptions[1].clone()]);
         assert_eq!(review.indexes, [asked.indexes[3].clone()]);
         let refused = refusals(&review);
@@ -418,6 +471,56 @@ mod tests {
         assert_eq!(
             refused[3],
             "index node on v1 Pod: the resource is not watched or not granted"
+        );
+    }
+
+    #[test]
+    fn a_controller_keeps_what_is_granted_and_cannot_run_without_its_primary() {
+        use crate::registration::KeyMapping;
+        let mapping = |kind: &str, index: &str| KeyMapping {
+            gvk: GroupVersionKind::gvk("", "v1", kind),
+            index: index.to_owned(),
+            field_path: "metadata.name".to_owned(),
+        };
+        let spec = ControllerSpec {
+            primary: GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            owns: vec![
+                GroupVersionKind::gvk("", "v1", "Pod"),
+                GroupVersionKind::gvk("", "v1", "Secret"),
+            ],
+            maps: vec![
+                mapping("Pod", "config"),
+                mapping("Pod", "missing"),
+                mapping("Secret", "config"),
+            ],
+            resync: None,
+        };
+        let mut asked = registration(
+            vec![
+                subscription("v1", "ConfigMap", None),
+                subscription("v1", "Pod", None),
+                subscription("v1", "Secret", None),
+            ],
+            vec![index("ConfigMap", "config", "data.name")],
+        );
+        asked.controller = Some(spec.clone());
+        let review = Grant::default().review(&asked);
+        let granted = review.controller.clone().unwrap();
+        assert_eq!(granted.owns, [GroupVersionKind::gvk("", "v1", "Pod")]);
+        assert_eq!(granted.maps, [mapping("Pod", "config")]);
+        assert_eq!(
+            refusals(&review)[1..],
+            [
+                "mapping of v1 Pod by index missing: no such index on the primary resource",
+                "mapping of v1 Secret by index config: the resource is not granted"
+            ]
+        );
+
+        let pods_only = Grant::new(["v1/Pod"], ["*"]).unwrap().review(&asked);
+        assert_eq!(pods_only.controller, None);
+        assert!(
+            refusals(&pods_only)
+                .contains(&"controller of v1 ConfigMap: the primary resource is not granted".to_owned())
         );
     }
 

@@ -36,6 +36,7 @@
 //! rules the worker follows) and [`status`](PluginStatus) (what each plugin is
 //! doing, served as JSON).
 
+mod controller;
 mod directory;
 mod lifecycle;
 mod reconciler;

@@ -60,6 +60,10 @@ pub struct PluginStatus {
     pub load_error: Option<String>,
     /// Deltas handled.
     pub deltas: u64,
+    /// Keys a controller reconciled (successfully or not).
+    pub reconciles: u64,
+    /// Keys waiting in a controller's workqueue.
+    pub queue_depth: usize,
     /// `handle` calls that succeeded.
     pub batches: u64,
     /// `handle` calls that returned an error.
@@ -96,6 +100,8 @@ impl PluginStatus {
             refused: Vec::new(),
             load_error: None,
             deltas: 0,
+            reconciles: 0,
+            queue_depth: 0,
             batches: 0,
             errors: 0,
             retries: 0,

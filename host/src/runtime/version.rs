@@ -9,11 +9,12 @@ use super::Error;
 use crate::caches::Caches;
 use crate::delta::Delta;
 use crate::grant::{Refusal, Scope};
+use crate::indexer::Indexer;
 use crate::informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
 use crate::manifest::Manifest;
 use crate::plugin::{LogSink, PluginComponent, PluginInstance, PluginOptions};
 use crate::processor::{Listener, ListenerOptions};
-use crate::registration::Registration;
+use crate::registration::{ControllerSpec, Registration};
 
 /// A version of a plugin, started and registered.
 pub(super) struct Version {
@@ -25,6 +26,9 @@ pub(super) struct Version {
     listener_options: ListenerOptions,
     pub(super) registration: Registration,
     pub(super) refused: Vec<Refusal>,
+    /// For a controller: what it reconciles, and its primary objects as it may
+    /// see them.
+    pub(super) controller: Option<(ControllerSpec, Indexer)>,
     /// The instance `init` ran in, until the worker takes it.
     pub(super) instance: Option<PluginInstance>,
 }
@@ -101,6 +105,23 @@ impl Version {
                     })?;
             }
         }
+        let controller = match (&registration.controller, review.controller) {
+            (None, _) => None,
+            (Some(spec), None) => {
+                return Err(Error::Registration {
+                    plugin: name.to_owned(),
+                    reason: format!(
+                        "the primary resource {} {} is not granted",
+                        spec.primary.api_version(),
+                        spec.primary.kind
+                    ),
+                });
+            }
+            (Some(_), Some(spec)) => informers
+                .iter()
+                .find(|(informer, _)| informer.key().gvk == spec.primary)
+                .map(|(informer, _)| (spec.clone(), informer.cache().scoped(grant.namespaces()))),
+        };
         wait_for_sync(name, &informers).await;
         let listener_options = ListenerOptions::default()
             .queue_capacity(manifest.limits.queue_capacity)
@@ -114,6 +135,7 @@ impl Version {
             listener_options,
             registration,
             refused: review.refused,
+            controller,
             instance: Some(instance),
         })
     }

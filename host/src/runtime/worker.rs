@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::controller::Keys;
 use super::lifecycle::{Event, Lifecycle, State, retry_backoff};
 use super::status::{PluginState, SharedStatus, update};
 use super::version::{Feed, Version};
@@ -39,6 +40,10 @@ impl WorkerHandle {
 /// What the worker waited for.
 enum Work {
     Batch(Vec<Delta>),
+    /// A controller's key to reconcile.
+    Key(String),
+    /// A controller's periodic resync is due.
+    Resync,
     Command(Command),
     Due,
     Stop,
@@ -67,6 +72,8 @@ pub(super) struct Worker {
     feeds: Vec<Feed>,
     /// Deltas to hand out before the feeds': a replay after a swap.
     pending: VecDeque<Delta>,
+    /// A controller's workqueue, kept across restarts and reloads.
+    keys: Option<Keys>,
     observer: Option<BatchObserver>,
 }
 
@@ -81,6 +88,10 @@ impl Worker {
     ) -> Result<WorkerHandle, Error> {
         let (commands, received) = tokio::sync::mpsc::unbounded_channel();
         let (feeds, _) = version.attach(name, Vec::new());
+        let keys = version
+            .controller
+            .clone()
+            .map(|(spec, primary)| Keys::new(spec, primary));
         let worker = Self {
             name: name.to_owned(),
             status: Arc::clone(status),
@@ -93,6 +104,7 @@ impl Worker {
             previous: None,
             feeds,
             pending: VecDeque::new(),
+            keys,
             observer,
         };
         let thread = std::thread::Builder::new()
@@ -114,11 +126,28 @@ impl Worker {
             let event = match state {
                 State::Stopped => break,
                 State::Serving => match self.next_work(None) {
-                    Work::Batch(batch) => match self.deliver(&batch) {
+                    Work::Batch(batch) => match &self.keys {
+                        Some(keys) => {
+                            keys.enqueue(&batch);
+                            continue;
+                        }
+                        None => match self.deliver(&batch) {
+                            Delivery::Done => continue,
+                            Delivery::Stopped => Event::Stop,
+                            Delivery::Failed => Event::Failed,
+                        },
+                    },
+                    Work::Key(key) => match self.reconcile(&key) {
                         Delivery::Done => continue,
                         Delivery::Stopped => Event::Stop,
                         Delivery::Failed => Event::Failed,
                     },
+                    Work::Resync => {
+                        if let Some(keys) = &mut self.keys {
+                            keys.resync();
+                        }
+                        continue;
+                    }
                     Work::Command(command) => self.command(command),
                     Work::Due => continue,
                     Work::Stop => Event::Stop,
@@ -126,13 +155,13 @@ impl Worker {
                 State::Restarting { at } => match self.next_work(Some(at)) {
                     Work::Due => self.restart(),
                     Work::Command(command) => self.command(command),
-                    Work::Batch(_) => continue,
+                    Work::Batch(_) | Work::Key(_) | Work::Resync => continue,
                     Work::Stop => Event::Stop,
                 },
                 State::RollingBack => self.roll_back(),
                 State::Quarantined => match self.next_work(None) {
                     Work::Command(command) => self.command(command),
-                    Work::Batch(_) | Work::Due => continue,
+                    Work::Batch(_) | Work::Key(_) | Work::Resync | Work::Due => continue,
                     Work::Stop => Event::Stop,
                 },
                 State::Draining => {
@@ -203,6 +232,7 @@ impl Worker {
                     "swapped in the new version"
                 );
                 self.previous = Some(old);
+                self.follow_live_version();
                 update(&self.status, |status| status.reloads += 1);
                 self.went_live();
                 Event::Swapped {
@@ -221,6 +251,9 @@ impl Worker {
                 self.instance = Some(fresh);
                 (self.feeds, _) = self.live.attach(&self.name, Vec::new());
                 self.pending.clear();
+                if let Some(keys) = &self.keys {
+                    keys.enqueue_all();
+                }
                 update(&self.status, |status| status.restarts += 1);
                 Event::Started
             }
@@ -252,6 +285,7 @@ impl Worker {
         });
         self.lifecycle.set_policy(self.live.manifest.failures);
         (self.feeds, self.pending) = self.live.attach(&self.name, std::mem::take(&mut self.feeds));
+        self.follow_live_version();
         match self.live.fresh_instance() {
             Ok(instance) => {
                 self.instance = Some(instance);
@@ -264,6 +298,61 @@ impl Worker {
         }
     }
 
+    /// Points a controller's workqueue at the live version (a reload or a
+    /// rollback) and queues every primary key, so the version reconciles the
+    /// whole state; what was queued before stays queued.
+    fn follow_live_version(&mut self) {
+        self.keys = match (self.keys.take(), self.live.controller.clone()) {
+            (_, None) => None,
+            (Some(mut keys), Some((spec, primary))) => {
+                keys.retarget(spec, primary);
+                Some(keys)
+            }
+            (None, Some((spec, primary))) => Some(Keys::new(spec, primary)),
+        };
+        if let Some(keys) = &self.keys {
+            let queued = keys.enqueue_all();
+            tracing::info!(plugin = %self.name, keys = queued, "every primary key queued for the live version");
+        }
+    }
+
+    /// Reconciles one key; the workqueue retries it with backoff after an
+    /// error. A failed instance is dropped.
+    fn reconcile(&mut self, key: &String) -> Delivery {
+        let (Some(keys), Some(instance)) = (&self.keys, self.instance.as_mut()) else {
+            return Delivery::Failed;
+        };
+        let _span = tracing::debug_span!("reconcile", plugin = %self.name, key = %key).entered();
+        let outcome = instance.reconcile(key);
+        let failed = match &outcome {
+            Ok(_) => None,
+            Err(crate::plugin::Error::Plugin { message, .. }) => {
+                tracing::info!(plugin = %self.name, %key, %message, "reconcile failed; retrying the key with backoff");
+                Some((message.clone(), false))
+            }
+            Err(error) => Some((one_line(error), true)),
+        };
+        keys.finished(key, outcome.as_ref().map(|requeue| *requeue).map_err(|_| ()));
+        let depth = keys.stats().depth;
+        update(&self.status, |status| {
+            status.reconciles += 1;
+            status.queue_depth = depth;
+            if let Some((message, trapped)) = &failed {
+                status.errors += 1;
+                status.traps += u64::from(*trapped);
+                status.last_error = Some(message.clone());
+            }
+        });
+        match failed {
+            Some((error, true)) => {
+                tracing::warn!(plugin = %self.name, %error, "plugin failed; its instance is dropped");
+                self.instance = None;
+                Delivery::Failed
+            }
+            _ => Delivery::Done,
+        }
+    }
+
     /// The next thing to do: replayed deltas first (while serving), then
     /// whichever comes first of a batch, a command, the stop signal and `due`.
     fn next_work(&mut self, due: Option<Instant>) -> Work {
@@ -273,8 +362,31 @@ impl Worker {
             let take = self.pending.len().min(max_batch);
             return Work::Batch(self.pending.drain(..take).collect());
         }
+        if serving && let Some(keys) = &self.keys {
+            // A controller takes every ready delta first (they only queue
+            // keys), so changes are never starved by a busy queue.
+            for feed in &mut self.feeds {
+                while let Some(batch) = feed.listener.try_next_batch(max_batch) {
+                    keys.enqueue(&batch);
+                }
+            }
+        }
+        let controller = self.keys.as_ref().filter(|_| serving);
+        let resync = controller.and_then(Keys::resync_due);
         let (stopped, commands, feeds) = (&mut self.stopped, &mut self.commands, &mut self.feeds);
         self.runtime.block_on(async {
+            let key = async {
+                match controller {
+                    Some(keys) => keys.queue().get().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let resync = async {
+                match resync {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             let batches = async {
                 if serving && !feeds.is_empty() {
                     let next = feeds
@@ -296,6 +408,8 @@ impl Worker {
                 _ = stopped.wait_for(|stop| *stop) => Work::Stop,
                 command = commands.recv() => command.map_or(Work::Stop, Work::Command),
                 () = due => Work::Due,
+                () = resync => Work::Resync,
+                Some(key) = key => Work::Key(key),
                 batch = batches => batch.map_or(Work::Stop, Work::Batch),
             }
         })
