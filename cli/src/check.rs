@@ -58,6 +58,27 @@ impl fmt::Display for Report {
             registration.name,
             registration.version
         )?;
+        if let Some(controller) = &self.review.controller {
+            let primary = &controller.primary;
+            write!(f, "  controller of {} {}", primary.api_version(), primary.kind)?;
+            for owned in &controller.owns {
+                write!(f, ", owns {} {}", owned.api_version(), owned.kind)?;
+            }
+            for mapping in &controller.maps {
+                write!(
+                    f,
+                    ", maps {} {} by index {} over {}",
+                    mapping.gvk.api_version(),
+                    mapping.gvk.kind,
+                    mapping.index,
+                    mapping.field_path
+                )?;
+            }
+            if let Some(resync) = controller.resync {
+                write!(f, ", resync every {} s", resync.as_secs())?;
+            }
+            writeln!(f)?;
+        }
         for subscription in &self.review.subscriptions {
             let gvk = &subscription.gvk;
             let mode = if subscription.deliver { "watch" } else { "cache" };
