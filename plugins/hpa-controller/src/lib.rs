@@ -1,0 +1,485 @@
+//! A HorizontalPodAutoscaler controller as a kinformer plugin.
+//!
+//! It reconciles `autoscaling/v2` HPAs that target deployments and scale on CPU
+//! utilization, the way the Kubernetes HPA controller does:
+//!
+//! - utilization is the ready pods' usage over their CPU requests; within 10% of
+//!   the target nothing changes;
+//! - scaling up, pods not yet ready count as using nothing (so a scale-up is not
+//!   repeated while new pods start); scaling down, pods without metrics count as
+//!   using their whole request;
+//! - the result is clamped to `[minReplicas, maxReplicas]`;
+//! - scaling down is stabilised: the highest recommendation of the last
+//!   window (the HPA's `behavior.scaleDown.stabilizationWindowSeconds`, 300 s by
+//!   default) is applied.
+//!
+//! It writes the deployment's `scale` subresource, the HPA's status
+//! (currentReplicas, desiredReplicas, lastScaleTime, currentMetrics, conditions)
+//! and a `SuccessfulRescale` Event for each rescale. Each HPA is reconciled
+//! when it or its deployment changes (a mapping through an index on
+//! `spec.scaleTargetRef.name`) and every sync period.
+//!
+//! Pod usage comes from the pod annotation `metrics.kinformer.dev/cpu-millicores`
+//! (the demo workload sets it); a real cluster serves it through the metrics API.
+//!
+//! Config: options separated by commas: `sync-seconds=N` (default 15) and
+//! `stabilization-seconds=N` (overrides the HPAs' scale-down window).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use kinformer_sdk::bindings::kinformer::plugin::cluster::{self, EventType, ObjectRef, PatchType};
+use kinformer_sdk::controller::{Action, Controller, ControllerRegistration, Request};
+use kinformer_sdk::k8s::api::apps::v1::Deployment;
+use kinformer_sdk::k8s::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
+use kinformer_sdk::k8s::api::core::v1::Pod;
+use kinformer_sdk::k8s::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kinformer_sdk::{Error, Gvk, Result, cache, info};
+use serde_json::json;
+
+/// The pod annotation carrying the pod's CPU usage in millicores.
+const USAGE_ANNOTATION: &str = "metrics.kinformer.dev/cpu-millicores";
+/// No scaling while utilization is within 10% of the target.
+const TOLERANCE: f64 = 0.1;
+/// The scale-down stabilization window when the HPA sets none.
+const DEFAULT_STABILIZATION: Duration = Duration::from_secs(300);
+/// The index on HPAs by the name of the deployment they target.
+const TARGET_INDEX: &str = "target";
+
+struct HpaController {
+    sync: Duration,
+    stabilization: Option<Duration>,
+    /// Recent recommendations per HPA, oldest first.
+    recommendations: BTreeMap<String, VecDeque<(Instant, i32)>>,
+}
+
+impl Controller for HpaController {
+    fn init(config: &str) -> Result<(Self, ControllerRegistration)> {
+        let mut controller = Self {
+            sync: Duration::from_secs(15),
+            stabilization: None,
+            recommendations: BTreeMap::new(),
+        };
+        for option in config.split(',').filter(|option| !option.is_empty()) {
+            let seconds = |value: &str| {
+                value
+                    .parse::<u64>()
+                    .map(Duration::from_secs)
+                    .map_err(|_| Error::msg(format!("bad option {option:?}: want a number of seconds")))
+            };
+            match option.split_once('=') {
+                Some(("sync-seconds", value)) => controller.sync = seconds(value)?,
+                Some(("stabilization-seconds", value)) => controller.stabilization = Some(seconds(value)?),
+                _ => return Err(Error::msg(format!("unknown option {option:?}"))),
+            }
+        }
+        let hpas = Gvk::of::<HorizontalPodAutoscaler>();
+        let registration = ControllerRegistration::new("hpa-controller", env!("CARGO_PKG_VERSION"), hpas.clone())
+            .index(hpas, TARGET_INDEX, "spec.scaleTargetRef.name")
+            .maps(Gvk::of::<Deployment>(), TARGET_INDEX, "metadata.name")
+            .cache(Gvk::of::<Pod>())
+            .resync(controller.sync);
+        Ok((controller, registration))
+    }
+
+    fn reconcile(&mut self, request: Request) -> Result<Action> {
+        let hpas = Gvk::of::<HorizontalPodAutoscaler>();
+        let Some(hpa) = cache::get_as::<HorizontalPodAutoscaler>(&hpas, &request.key)? else {
+            self.recommendations.remove(&request.key);
+            return Ok(Action::done());
+        };
+        let namespace = request.namespace.clone().unwrap_or_default();
+        let measured = match measure(&namespace, &hpa)? {
+            Ok(measured) => measured,
+            Err(why) => {
+                info!("hpa {}: {why}", request.key);
+                return Ok(Action::done());
+            }
+        };
+        let now = Instant::now();
+        let window = self.stabilization.unwrap_or_else(|| scale_down_window(&hpa));
+        let recommended = measured.recommend(&hpa);
+        let history = self.recommendations.entry(request.key.clone()).or_default();
+        let desired = stabilize(history, now, window, recommended, measured.current);
+        let rescaled = desired != measured.current;
+        if rescaled {
+            let scale = ObjectRef {
+                gvk: wit_gvk(&Gvk::of::<Deployment>()),
+                namespace: request.namespace.clone(),
+                name: measured.deployment.clone(),
+                subresource: Some("scale".into()),
+            };
+            let patch = json!({"spec": {"replicas": desired}}).to_string();
+            cluster::patch(&scale, PatchType::Merge, &patch).map_err(write_error)?;
+            let reason = if desired > measured.current { "above" } else { "below" };
+            let note = format!(
+                "New size: {desired}; reason: cpu resource utilization (percentage of request) {reason} target"
+            );
+            let regarding = ObjectRef {
+                gvk: wit_gvk(&hpas),
+                namespace: request.namespace.clone(),
+                name: request.name.clone(),
+                subresource: None,
+            };
+            // An Event is a courtesy: a throttled or refused one does not fail the rescale.
+            if let Err(error) = cluster::record_event(&regarding, EventType::Normal, "SuccessfulRescale", "Scale", &note) {
+                info!("hpa {}: event not recorded: {}", request.key, write_error(error));
+            }
+            info!(
+                "hpa {}: {} ready pods of deployment {} at {}% cpu (target {}%): scaled {} -> {desired}",
+                request.key,
+                measured.ready,
+                measured.deployment,
+                measured.utilization,
+                measured.target,
+                measured.current
+            );
+        }
+        let status = ObjectRef {
+            gvk: wit_gvk(&hpas),
+            namespace: request.namespace.clone(),
+            name: request.name.clone(),
+            subresource: Some("status".into()),
+        };
+        let patch = status_patch(&hpa, &measured, desired, rescaled).to_string();
+        cluster::patch(&status, PatchType::Merge, &patch).map_err(write_error)?;
+        Ok(Action::done())
+    }
+}
+
+/// What the HPA's target looks like now.
+#[derive(Debug, Clone, PartialEq)]
+struct Measured {
+    deployment: String,
+    /// The deployment's `spec.replicas`.
+    current: i32,
+    target: i32,
+    /// Ready pods with metrics.
+    ready: usize,
+    /// Their usage over their requests, in percent.
+    utilization: i64,
+    usage: i64,
+    requests: i64,
+    /// Requests of pods not yet ready.
+    unready_requests: i64,
+    unready: usize,
+}
+
+impl Measured {
+    /// The replica count the HPA algorithm recommends, before stabilization.
+    fn recommend(&self, hpa: &HorizontalPodAutoscaler) -> i32 {
+        let spec = &hpa.spec;
+        let ratio = self.usage as f64 / self.requests as f64 * 100.0 / f64::from(self.target);
+        let mut desired = if (ratio - 1.0).abs() <= TOLERANCE {
+            self.current
+        } else {
+            (ratio * self.ready as f64).ceil() as i32
+        };
+        if ratio > 1.0 && self.unready > 0 {
+            // Scaling up: pods not yet ready count as using nothing; if that
+            // brings the ratio within tolerance (or reverses it), hold.
+            let adjusted = self.usage as f64 / (self.requests + self.unready_requests) as f64 * 100.0
+                / f64::from(self.target);
+            desired = if adjusted <= 1.0 + TOLERANCE {
+                self.current
+            } else {
+                (adjusted * (self.ready + self.unready) as f64).ceil() as i32
+            };
+        }
+        desired.clamp(spec.min_replicas.unwrap_or(1), spec.max_replicas)
+    }
+}
+
+/// Measures the HPA's deployment and pods from the cache; `Ok(Err(why))` when
+/// there is nothing to act on.
+fn measure(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<std::result::Result<Measured, String>> {
+    let spec = &hpa.spec;
+    let target_ref = &spec.scale_target_ref;
+    if target_ref.kind != "Deployment" {
+        return Ok(Err(format!("targets a {}, only deployments are supported", target_ref.kind)));
+    }
+    let Some(target) = cpu_utilization_target(spec.metrics.as_deref().unwrap_or_default()) else {
+        return Ok(Err("no cpu utilization target".into()));
+    };
+    let deployment_key = format!("{namespace}/{}", target_ref.name);
+    let Some(deployment) = cache::get_as::<Deployment>(&Gvk::of::<Deployment>(), &deployment_key)? else {
+        return Ok(Err(format!("deployment {deployment_key} not in the cache")));
+    };
+    let deployment_spec = deployment.spec;
+    let Some(selector) = selector_string(&deployment_spec.selector) else {
+        return Ok(Err(format!("deployment {deployment_key} has an empty selector")));
+    };
+    let pods: Vec<Pod> = cache::list(&Gvk::of::<Pod>())
+        .namespace(namespace)
+        .label_selector(selector)
+        .fetch()?
+        .parse()?;
+    Ok(measure_pods(&target_ref.name, deployment_spec.replicas.unwrap_or(1), target, &pods))
+}
+
+/// The measurement of a deployment's pods against a utilization target.
+fn measure_pods(deployment: &str, current: i32, target: i32, pods: &[Pod]) -> std::result::Result<Measured, String> {
+    let mut measured = Measured {
+        deployment: deployment.to_owned(),
+        current,
+        target,
+        ready: 0,
+        utilization: 0,
+        usage: 0,
+        requests: 0,
+        unready_requests: 0,
+        unready: 0,
+    };
+    for pod in pods.iter().filter(|pod| pod.metadata.deletion_timestamp.is_none()) {
+        let Some(requests) = pod_cpu_requests(pod) else { continue };
+        match (is_ready(pod), pod_usage(pod)) {
+            (true, Some(usage)) => {
+                measured.usage += usage;
+                measured.requests += requests;
+                measured.ready += 1;
+            }
+            _ => {
+                measured.unready_requests += requests;
+                measured.unready += 1;
+            }
+        }
+    }
+    if measured.ready == 0 || measured.requests == 0 {
+        return Err(format!("no ready pods with cpu metrics behind deployment {deployment}"));
+    }
+    measured.utilization = measured.usage * 100 / measured.requests;
+    Ok(measured)
+}
+
+/// Applies the scale-down stabilization: records `recommended` and returns the
+/// highest recommendation within `window` when that is below `current`; a
+/// scale-up applies at once.
+fn stabilize(
+    history: &mut VecDeque<(Instant, i32)>,
+    now: Instant,
+    window: Duration,
+    recommended: i32,
+    current: i32,
+) -> i32 {
+    history.push_back((now, recommended));
+    while history
+        .front()
+        .is_some_and(|(at, _)| now.duration_since(*at) > window)
+    {
+        history.pop_front();
+    }
+    if recommended >= current {
+        return recommended;
+    }
+    let highest = history.iter().map(|(_, replicas)| *replicas).max().unwrap_or(recommended);
+    highest.min(current)
+}
+
+fn scale_down_window(hpa: &HorizontalPodAutoscaler) -> Duration {
+    hpa.spec
+        .behavior
+        .as_ref()
+        .and_then(|behavior| behavior.scale_down.as_ref())
+        .and_then(|rules| rules.stabilization_window_seconds)
+        .map_or(DEFAULT_STABILIZATION, |seconds| {
+            Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+        })
+}
+
+/// The HPA status after this reconcile, as a merge patch.
+fn status_patch(hpa: &HorizontalPodAutoscaler, measured: &Measured, desired: i32, rescaled: bool) -> serde_json::Value {
+    let now = now_rfc3339();
+    let condition = |kind: &str, reason: &str, message: String| {
+        json!({"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now})
+    };
+    let limited = desired == hpa.spec.max_replicas || Some(desired) == hpa.spec.min_replicas;
+    let mut status = json!({
+        "observedGeneration": hpa.metadata.generation,
+        "currentReplicas": measured.current,
+        "desiredReplicas": desired,
+        "currentMetrics": [{
+            "type": "Resource",
+            "resource": {"name": "cpu", "current": {"averageUtilization": measured.utilization}}
+        }],
+        "conditions": [
+            condition("AbleToScale", "ReadyForNewScale", "recommended size matches current size".into()),
+            condition(
+                "ScalingActive",
+                "ValidMetricFound",
+                "the HPA was able to successfully calculate a replica count from cpu resource utilization (percentage of request)".into(),
+            ),
+            json!({"type": "ScalingLimited", "status": if limited { "True" } else { "False" },
+                   "reason": if limited { "TooManyReplicas" } else { "DesiredWithinRange" },
+                   "message": "the desired count is within the acceptable range", "lastTransitionTime": now}),
+        ],
+    });
+    if rescaled {
+        status["lastScaleTime"] = json!(now);
+    }
+    json!({ "status": status })
+}
+
+fn now_rfc3339() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    // Whole seconds: Kubernetes timestamps carry no fraction.
+    kinformer_sdk::k8s::jiff::Timestamp::from_second(i64::try_from(seconds).unwrap_or(0))
+        .unwrap_or(kinformer_sdk::k8s::jiff::Timestamp::UNIX_EPOCH)
+        .to_string()
+}
+
+fn wit_gvk(gvk: &Gvk) -> kinformer_sdk::bindings::kinformer::plugin::types::GroupVersionKind {
+    kinformer_sdk::bindings::kinformer::plugin::types::GroupVersionKind {
+        group: gvk.group.clone(),
+        version: gvk.version.clone(),
+        kind: gvk.kind.clone(),
+    }
+}
+
+fn write_error(error: cluster::WriteError) -> Error {
+    Error::msg(format!("write failed: {error:?}"))
+}
+
+fn cpu_utilization_target(metrics: &[MetricSpec]) -> Option<i32> {
+    metrics.iter().find_map(|metric| {
+        let resource = metric.resource.as_ref()?;
+        (resource.name == "cpu").then_some(resource.target.average_utilization?)
+    })
+}
+
+/// A label selector in the string form the cache understands.
+fn selector_string(selector: &LabelSelector) -> Option<String> {
+    let mut terms: Vec<String> = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    for expression in selector.match_expressions.iter().flatten() {
+        let values = expression.values.as_deref().unwrap_or_default().join(",");
+        terms.push(match expression.operator.as_str() {
+            "In" => format!("{} in ({values})", expression.key),
+            "NotIn" => format!("{} notin ({values})", expression.key),
+            "Exists" => expression.key.clone(),
+            _ => format!("!{}", expression.key),
+        });
+    }
+    (!terms.is_empty()).then(|| terms.join(","))
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|status| status.conditions.as_deref());
+    conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+}
+
+fn pod_usage(pod: &Pod) -> Option<i64> {
+    pod.metadata.annotations.as_ref()?.get(USAGE_ANNOTATION)?.parse().ok()
+}
+
+fn pod_cpu_requests(pod: &Pod) -> Option<i64> {
+    let containers = &pod.spec.as_ref()?.containers;
+    let mut total = 0;
+    for container in containers {
+        let requests = container.resources.as_ref()?.requests.as_ref()?;
+        total += millicores(&requests.get("cpu")?.0)?;
+    }
+    Some(total)
+}
+
+/// A CPU quantity (`250m`, `1`, `0.5`) in millicores.
+fn millicores(quantity: &str) -> Option<i64> {
+    match quantity.strip_suffix('m') {
+        Some(milli) => milli.parse().ok(),
+        None => quantity
+            .parse::<f64>()
+            .ok()
+            .map(|cores| (cores * 1000.0).round() as i64),
+    }
+}
+
+kinformer_sdk::controller!(HpaController);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ready: bool, usage: Option<i64>) -> Pod {
+        let mut value = json!({
+            "metadata": {"name": "p", "annotations": {}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
+        });
+        if let Some(usage) = usage {
+            value["metadata"]["annotations"][USAGE_ANNOTATION] = json!(usage.to_string());
+        }
+        serde_json::from_value(value).expect("a valid pod")
+    }
+
+    fn hpa(min: i32, max: i32) -> HorizontalPodAutoscaler {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "minReplicas": min, "maxReplicas": max,
+                     "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]}
+        }))
+        .expect("a valid hpa")
+    }
+
+    fn recommend(current: i32, pods: &[Pod], min: i32, max: i32) -> i32 {
+        measure_pods("web", current, 50, pods).expect("measurable").recommend(&hpa(min, max))
+    }
+
+    #[test]
+    fn high_utilization_scales_up_in_proportion() {
+        // 3 ready pods at 100% of request against a 50% target: 6.
+        let pods = vec![pod(true, Some(100)); 3];
+        assert_eq!(recommend(3, &pods, 1, 10), 6);
+    }
+
+    #[test]
+    fn within_the_tolerance_nothing_changes() {
+        let pods = vec![pod(true, Some(54)); 4];
+        assert_eq!(recommend(4, &pods, 1, 10), 4);
+    }
+
+    #[test]
+    fn low_utilization_scales_down_within_the_bounds() {
+        let pods = vec![pod(true, Some(10)); 4];
+        assert_eq!(recommend(4, &pods, 1, 10), 1);
+        assert_eq!(recommend(4, &pods, 2, 10), 2);
+        let hot = vec![pod(true, Some(400)); 4];
+        assert_eq!(recommend(4, &hot, 1, 10), 10);
+    }
+
+    #[test]
+    fn pods_not_yet_ready_hold_back_a_repeated_scale_up() {
+        // 2 ready pods at 60% (ratio 1.2) and 2 starting: counted as using
+        // nothing the ratio is 0.6, so no further scale-up.
+        let mut pods = vec![pod(true, Some(60)); 2];
+        pods.extend(vec![pod(false, None); 2]);
+        assert_eq!(recommend(4, &pods, 1, 10), 4);
+        // Without the starting pods the same usage scales up.
+        assert_eq!(recommend(2, &pods[..2], 1, 10), 3);
+    }
+
+    #[test]
+    fn without_ready_pods_with_metrics_there_is_nothing_to_do() {
+        assert!(measure_pods("web", 2, 50, &[pod(false, None)]).is_err());
+    }
+
+    #[test]
+    fn a_scale_down_waits_for_the_stabilization_window() {
+        let start = Instant::now();
+        let window = Duration::from_secs(60);
+        let mut history = VecDeque::new();
+        assert_eq!(stabilize(&mut history, start, window, 6, 3), 6, "a scale-up applies at once");
+        let later = |seconds| start + Duration::from_secs(seconds);
+        assert_eq!(stabilize(&mut history, later(10), window, 2, 6), 6, "held by the earlier 6");
+        assert_eq!(stabilize(&mut history, later(50), window, 3, 6), 6);
+        assert_eq!(stabilize(&mut history, later(65), window, 2, 6), 3, "the 6 left the window");
+        assert_eq!(stabilize(&mut history, later(200), window, 2, 3), 2);
+    }
+}
