@@ -85,7 +85,15 @@ impl DemoConfig {
     }
 }
 
-/// Writes the given plugin files into `dir` (created if missing).
+/// The operator's manifests of the example plugins that need one: what the
+/// demo grants them beyond the default (hpa-controller's writes).
+pub const EXAMPLE_MANIFESTS: &[(&str, &str)] = &[(
+    "hpa-controller.toml",
+    include_str!("../../plugins/hpa-controller/manifest.toml"),
+)];
+
+/// Writes the given plugin files into `dir` (created if missing), with the
+/// example manifests of those that have one.
 ///
 /// # Errors
 ///
@@ -99,6 +107,11 @@ pub fn write_plugins(dir: &Path, plugins: &[(&str, &[u8])]) -> Result<(), Error>
     for (name, bytes) in plugins {
         let path = dir.join(name);
         std::fs::write(&path, bytes).map_err(io(&path))?;
+        let manifest = Path::new(name).with_extension("toml");
+        if let Some((file, text)) = EXAMPLE_MANIFESTS.iter().find(|(file, _)| Path::new(file) == manifest) {
+            let path = dir.join(file);
+            std::fs::write(&path, text).map_err(io(&path))?;
+        }
     }
     Ok(())
 }
