@@ -21,6 +21,10 @@ pub struct Report {
     pub registration: Registration,
     /// The grant's review of it.
     pub review: Review,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// How long it took to compile.
+    pub compile: std::time::Duration,
 }
 
 /// Checks the plugin file `plugin`: its manifest, its component, its `init`
@@ -34,7 +38,10 @@ pub fn check(plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
     let manifest = Manifest::for_plugin(plugin)?;
     let config = config.unwrap_or(&manifest.config);
     let engine = PluginEngine::new()?;
+    let started = std::time::Instant::now();
     let component = engine.load_file(plugin)?;
+    let compile = started.elapsed();
+    let size = std::fs::metadata(plugin)?.len();
     let options = PluginOptions::with_limits(manifest.limits).grant(manifest.grant.clone());
     let mut instance = component.instantiate(Caches::new(), options)?;
     let registration = instance
@@ -45,6 +52,8 @@ pub fn check(plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
         file: plugin.to_owned(),
         registration,
         review,
+        size,
+        compile,
     })
 }
 
@@ -57,6 +66,13 @@ impl fmt::Display for Report {
             self.file.display(),
             registration.name,
             registration.version
+        )?;
+        writeln!(
+            f,
+            "  {} bytes (limit {}), compiled in {} ms",
+            self.size,
+            kinformer::file::MAX_MODULE_BYTES,
+            self.compile.as_millis()
         )?;
         if let Some(controller) = &self.review.controller {
             let primary = &controller.primary;

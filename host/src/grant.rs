@@ -227,7 +227,12 @@ pub struct Refusal {
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.what, self.reason)
+        // Both may hold what the plugin registered: kinds, namespaces, names.
+        let (what, reason) = (
+            crate::text::sanitize(&self.what, 512),
+            crate::text::sanitize(&self.reason, 512),
+        );
+        write!(f, "{what}: {reason}")
     }
 }
 

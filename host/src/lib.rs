@@ -9,6 +9,7 @@
 
 pub mod caches;
 pub mod delta;
+pub mod file;
 pub mod grant;
 pub mod index;
 pub mod indexer;
@@ -21,6 +22,7 @@ pub mod processor;
 pub mod reflector;
 pub mod registration;
 pub mod runtime;
+pub mod text;
 pub mod workqueue;
 
 /// Kubernetes label selectors.

@@ -50,14 +50,15 @@ use crate::limits::{FailurePolicy, Limits, MAX_MEMORY_MIB, MAX_RESTART_BACKOFF, 
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The file exists but could not be read.
+    /// The file exists but could not be read: not a regular file, too large,
+    /// or an I/O error.
     #[error("{path}: cannot read the manifest")]
     Io {
         /// The manifest.
         path: PathBuf,
-        /// The I/O error.
+        /// Why.
         #[source]
-        source: std::io::Error,
+        source: crate::file::FileError,
     },
     /// The file is not valid TOML or has unknown or mistyped fields.
     #[error("{path}: {message}")]
@@ -137,10 +138,30 @@ impl Manifest {
     /// When the manifest exists but cannot be read or is invalid.
     pub fn for_plugin(plugin: &Path) -> Result<Self, Error> {
         let path = Self::path_for(plugin);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Self::parse(&path, &text),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(source) => Err(Error::Io { path, source }),
+        match Self::read(&path) {
+            Ok(Some(text)) => Self::parse(&path, &text),
+            Ok(None) => Ok(Self::default()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Reads a manifest's text: `None` when there is none; an error when it is
+    /// not a regular file, over [`crate::file::MAX_MANIFEST_BYTES`] or not UTF-8.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] or, for text that is not UTF-8, [`Error::Invalid`].
+    pub fn read(path: &Path) -> Result<Option<String>, Error> {
+        match crate::file::read_regular(path, crate::file::MAX_MANIFEST_BYTES) {
+            Ok(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| Error::Invalid {
+                path: path.to_owned(),
+                message: "not UTF-8 text".into(),
+            }),
+            Err(error) if error.is_not_found() => Ok(None),
+            Err(source) => Err(Error::Io {
+                path: path.to_owned(),
+                source,
+            }),
         }
     }
 

@@ -146,7 +146,7 @@ impl PluginEngine {
     /// [`Error::Compile`] when the file cannot be read or is not a component, and
     /// [`Error::Link`] when it does not implement the plugin world.
     pub fn load_file(&self, path: &Path) -> Result<PluginComponent> {
-        let bytes = std::fs::read(path).map_err(|error| Error::Compile {
+        let bytes = crate::file::read_regular(path, crate::file::MAX_MODULE_BYTES).map_err(|error| Error::Compile {
             path: path.to_owned(),
             source: error.into(),
         })?;

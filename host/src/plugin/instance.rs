@@ -149,8 +149,8 @@ impl PluginInstance {
             }
         }
         Ok(Registration {
-            name: registration.name,
-            version: registration.version,
+            name: crate::text::sanitize(&registration.name, 253),
+            version: crate::text::sanitize(&registration.version, 128),
             subscriptions,
             indexes: registration
                 .indexes
@@ -223,7 +223,7 @@ impl PluginInstance {
             Ok(Err(error)) => Err(Error::Plugin {
                 plugin: self.name.clone(),
                 call,
-                message: error.message,
+                message: crate::text::sanitize(&error.message, crate::text::MAX_ERROR_LEN),
             }),
             Err(source) => {
                 // After a trap the instance's state is undefined: never call it again.

@@ -71,7 +71,7 @@ impl PluginLog {
             state.dropped += 1;
             return;
         }
-        let message = sanitize(message);
+        let message = crate::text::sanitize(message, MAX_LOG_LINE_LEN);
         let plugin = &*self.name;
         match level {
             tracing::Level::TRACE => tracing::trace!(plugin, "{message}"),
@@ -184,29 +184,15 @@ impl tokio::io::AsyncWrite for OutputLines {
     }
 }
 
-/// The line with control characters (terminal escapes, newlines that would forge
-/// log lines) replaced by `�`, cut to [`MAX_LOG_LINE_LEN`] bytes.
-fn sanitize(message: &str) -> String {
-    let mut clean = String::with_capacity(message.len().min(MAX_LOG_LINE_LEN));
-    for c in message.chars() {
-        if clean.len() + c.len_utf8() > MAX_LOG_LINE_LEN {
-            clean.push('…');
-            break;
-        }
-        clean.push(if c.is_control() { '\u{fffd}' } else { c });
-    }
-    clean
-}
-
 /// A token bucket: `rate` tokens per second, bursts of up to `rate`.
-struct TokenBucket {
+pub(crate) struct TokenBucket {
     rate: f64,
     tokens: f64,
     last: Instant,
 }
 
 impl TokenBucket {
-    fn new(rate: u32) -> Self {
+    pub(crate) fn new(rate: u32) -> Self {
         let rate = f64::from(rate.max(1));
         Self {
             rate,
@@ -215,7 +201,7 @@ impl TokenBucket {
         }
     }
 
-    fn take(&mut self) -> bool {
+    pub(crate) fn take(&mut self) -> bool {
         let now = Instant::now();
         self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
         self.last = now;
@@ -265,8 +251,11 @@ mod tests {
 
     #[test]
     fn control_characters_are_replaced_and_long_lines_cut() {
-        assert_eq!(sanitize("ok\n\u{1b}[31mred"), "ok\u{fffd}\u{fffd}[31mred");
-        let long = sanitize(&"é".repeat(MAX_LOG_LINE_LEN));
+        assert_eq!(
+            crate::text::sanitize("ok\n\u{1b}[31mred", MAX_LOG_LINE_LEN),
+            "ok\u{fffd}\u{fffd}[31mred"
+        );
+        let long = crate::text::sanitize(&"é".repeat(MAX_LOG_LINE_LEN), MAX_LOG_LINE_LEN);
         assert!(long.len() <= MAX_LOG_LINE_LEN + '…'.len_utf8());
         assert!(long.ends_with('…'));
     }

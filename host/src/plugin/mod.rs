@@ -35,6 +35,7 @@ use crate::limits::Limits;
 pub use component::PluginComponent;
 pub use engine::{EngineOptions, PluginEngine};
 pub use instance::PluginInstance;
+pub(crate) use log::TokenBucket;
 pub use log::{LogLine, LogSink};
 
 /// The WIT world a plugin implements, with its version. A component of the
@@ -191,8 +192,10 @@ impl PluginOptions {
 /// A plugin's name: its file's stem (`shop-policy.wasm` → `shop-policy`).
 #[must_use]
 pub fn plugin_name(path: &Path) -> String {
-    path.file_stem()
-        .map_or_else(|| "plugin".into(), |stem| stem.to_string_lossy().into_owned())
+    path.file_stem().map_or_else(
+        || "plugin".into(),
+        |stem| crate::text::sanitize(&stem.to_string_lossy(), 253),
+    )
 }
 
 /// The SHA-256 digest of a plugin file, in hex.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::Error;
+use crate::file::{FileError, MAX_MODULE_BYTES, read_regular};
 use crate::manifest::{self, Manifest};
 use crate::plugin::{digest, plugin_name};
 
@@ -25,8 +26,8 @@ pub(super) struct Fingerprint {
 pub(super) struct PluginFiles {
     /// The `.wasm` file.
     pub(super) file: PathBuf,
-    /// Its bytes.
-    pub(super) bytes: Vec<u8>,
+    /// Its bytes, or why they were not read (not a regular file, too large).
+    pub(super) bytes: Result<Vec<u8>, FileError>,
     /// Its identity.
     pub(super) fingerprint: Fingerprint,
     /// Its manifest, parsed (the defaults without one).
@@ -79,30 +80,35 @@ pub(super) fn scan(dir: &Path) -> Result<BTreeMap<String, PluginFiles>, Error> {
     let mut plugins = BTreeMap::new();
     for file in plugin_files(dir)? {
         let before = stamp(&file);
-        let Ok(bytes) = std::fs::read(&file) else { continue };
         let manifest_path = Manifest::path_for(&file);
-        let text = match std::fs::read_to_string(&manifest_path) {
-            Ok(text) => Some(text),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-            Err(_) => continue,
+        let (text, manifest) = match Manifest::read(&manifest_path) {
+            Ok(Some(text)) => {
+                let manifest = Manifest::parse(&manifest_path, &text);
+                (Some(text), manifest)
+            }
+            Ok(None) => (None, Ok(Manifest::default())),
+            Err(error) => (Some(format!("unreadable: {error}")), Err(error)),
+        };
+        let bytes = match read_regular(&file, MAX_MODULE_BYTES) {
+            Ok(bytes) => Ok(bytes),
+            Err(error) if error.is_not_found() => continue,
+            Err(error) => Err(error),
         };
         let after = stamp(&file);
         if before != after {
             continue;
         }
-        let manifest = text
-            .as_deref()
-            .map_or_else(|| Ok(Manifest::default()), |text| Manifest::parse(&manifest_path, text));
-        let fingerprint = Fingerprint {
-            digest: digest(&bytes),
-            manifest: text,
+        let digest = match &bytes {
+            Ok(bytes) => digest(bytes),
+            // Not read: the file's size and time stand for its content.
+            Err(_) => format!("unread-{after:?}"),
         };
         plugins.insert(
             plugin_name(&file),
             PluginFiles {
                 file,
                 bytes,
-                fingerprint,
+                fingerprint: Fingerprint { digest, manifest: text },
                 manifest,
                 stamp: after,
             },

@@ -58,6 +58,12 @@ pub use status::{PluginState, PluginStatus};
 
 use reconciler::Reconciler;
 
+/// An error as the log and the status show it: on one line, its plugin-chosen
+/// parts (messages, backtrace names) sanitised and its length capped.
+pub(crate) fn error_text(error: &(dyn std::error::Error + 'static)) -> String {
+    crate::text::sanitize(&crate::one_line(error), crate::text::MAX_ERROR_LEN)
+}
+
 /// Why the runtime or one plugin could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -69,6 +75,15 @@ pub enum Error {
         /// The I/O error.
         #[source]
         source: std::io::Error,
+    },
+    /// The plugin file is not a regular file, or too large.
+    #[error("{path}: cannot read the plugin")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: crate::file::FileError,
     },
     /// The plugin's manifest is broken.
     #[error(transparent)]
@@ -311,23 +326,34 @@ impl Runtime {
         .await
     }
 
-    /// Stops every plugin (each finishes the call it is in) and returns their
-    /// final status.
+    /// Stops every plugin and returns their final status. Each worker finishes
+    /// the call it is in; one still busy after [`SHUTDOWN_GRACE`] is abandoned
+    /// (its call ends at its deadline), so shutting down is bounded whatever
+    /// the plugins do.
     pub async fn shutdown(mut self) -> Vec<PluginStatus> {
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
         }
         let _ = self.reconciler.stop.send(true);
         let threads: Vec<JoinHandle<()>> = self.reconciler.take_threads();
-        let _ = tokio::task::spawn_blocking(move || {
-            for thread in threads {
-                let _ = thread.join();
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        for thread in threads {
+            while !thread.is_finished() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-        })
-        .await;
+            if thread.is_finished() {
+                let _ = thread.join();
+            } else {
+                let name = thread.thread().name().unwrap_or("plugin").to_owned();
+                tracing::warn!(thread = %name, "a plugin worker did not stop in time; abandoned");
+            }
+        }
         self.reconciler.status()
     }
 }
+
+/// How long [`Runtime::shutdown`] waits for the workers to finish their calls.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 impl Drop for Runtime {
     fn drop(&mut self) {

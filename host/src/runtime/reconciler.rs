@@ -14,7 +14,6 @@ use super::worker::{Command, Worker, WorkerHandle};
 use super::{BatchObserver, Error};
 use crate::grant::Scope;
 use crate::informer::SharedInformerFactory;
-use crate::one_line;
 use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
 
 /// A plugin the reconciler knows, by name.
@@ -96,7 +95,7 @@ impl Reconciler {
         let wanted = match directory::scan(&self.dir) {
             Ok(wanted) => wanted,
             Err(error) => {
-                tracing::warn!(error = %one_line(&error), "cannot scan the plugin directory");
+                tracing::warn!(error = %super::error_text(&error), "cannot scan the plugin directory");
                 BTreeMap::new()
             }
         };
@@ -160,6 +159,14 @@ impl Reconciler {
             Ok(manifest) => manifest,
             Err(error) => {
                 self.reject(name, &fingerprint, status, &Error::Manifest(error), reload);
+                return;
+            }
+        };
+        let bytes = match bytes {
+            Ok(bytes) => bytes,
+            Err(source) => {
+                let error = Error::File { path: file, source };
+                self.reject(name, &fingerprint, status, &error, reload);
                 return;
             }
         };
@@ -231,7 +238,7 @@ impl Reconciler {
 
     /// Records a version that could not load; an earlier version keeps running.
     fn reject(&self, name: &str, fingerprint: &Fingerprint, status: &SharedStatus, error: &Error, reload: bool) {
-        let message = one_line(error);
+        let message = super::error_text(error);
         if reload {
             tracing::error!(plugin = %name, error = %message, "new version rejected; the running version keeps serving");
         } else {

@@ -13,7 +13,6 @@ use super::status::{PluginState, SharedStatus, update};
 use super::version::{Feed, Version};
 use super::{BatchObserver, Error};
 use crate::delta::Delta;
-use crate::one_line;
 use crate::plugin::PluginInstance;
 
 /// What a worker is told between two batches.
@@ -74,6 +73,8 @@ pub(super) struct Worker {
     pending: VecDeque<Delta>,
     /// A controller's workqueue, kept across restarts and reloads.
     keys: Option<Keys>,
+    /// How many of the plugin's error messages reach the log, per second.
+    error_lines: ErrorLines,
     observer: Option<BatchObserver>,
 }
 
@@ -105,6 +106,7 @@ impl Worker {
             feeds,
             pending: VecDeque::new(),
             keys,
+            error_lines: ErrorLines::new(),
             observer,
         };
         let thread = std::thread::Builder::new()
@@ -258,7 +260,7 @@ impl Worker {
                 Event::Started
             }
             Err(error) => {
-                let error = one_line(&error);
+                let error = super::error_text(&error);
                 tracing::warn!(plugin = %self.name, %error, "restart failed");
                 update(&self.status, |status| status.last_error = Some(error));
                 Event::StartFailed
@@ -292,7 +294,9 @@ impl Worker {
                 Event::Started
             }
             Err(error) => {
-                update(&self.status, |status| status.last_error = Some(one_line(&error)));
+                update(&self.status, |status| {
+                    status.last_error = Some(super::error_text(&error))
+                });
                 Event::StartFailed
             }
         }
@@ -327,10 +331,12 @@ impl Worker {
         let failed = match &outcome {
             Ok(_) => None,
             Err(crate::plugin::Error::Plugin { message, .. }) => {
-                tracing::info!(plugin = %self.name, %key, %message, "reconcile failed; retrying the key with backoff");
+                if let Some(suppressed) = self.error_lines.take() {
+                    tracing::info!(plugin = %self.name, %key, %message, suppressed, "reconcile failed; retrying the key with backoff");
+                }
                 Some((message.clone(), false))
             }
-            Err(error) => Some((one_line(error), true)),
+            Err(error) => Some((super::error_text(error), true)),
         };
         keys.finished(key, outcome.as_ref().map(|requeue| *requeue).map_err(|_| ()));
         let depth = keys.stats().depth;
@@ -495,19 +501,23 @@ impl Worker {
                         status.last_error = Some(message.clone());
                     });
                     let Some(backoff) = retry_backoff(&policy, attempt) else {
-                        tracing::warn!(plugin = %self.name, deltas = count, %message, "batch skipped after the plugin rejected it");
+                        if let Some(suppressed) = self.error_lines.take() {
+                            tracing::warn!(plugin = %self.name, deltas = count, %message, suppressed, "batch skipped after the plugin rejected it");
+                        }
                         update(&self.status, |status| status.skipped += count);
                         return Delivery::Done;
                     };
                     attempt += 1;
-                    tracing::info!(plugin = %self.name, attempt, %message, "batch rejected; retrying");
+                    if let Some(suppressed) = self.error_lines.take() {
+                        tracing::info!(plugin = %self.name, attempt, %message, suppressed, "batch rejected; retrying");
+                    }
                     update(&self.status, |status| status.retries += 1);
                     if self.sleep(backoff) {
                         return Delivery::Stopped;
                     }
                 }
                 Err(error) => {
-                    let error = one_line(&error);
+                    let error = super::error_text(&error);
                     tracing::warn!(plugin = %self.name, %error, "plugin failed; its instance is dropped");
                     self.instance = None;
                     update(&self.status, |status| {
@@ -517,6 +527,33 @@ impl Worker {
                     return Delivery::Failed;
                 }
             }
+        }
+    }
+}
+
+/// The budget of a plugin's error lines in the host's log: error messages are
+/// the plugin's words and must not flood the log any more than its log lines.
+struct ErrorLines {
+    budget: crate::plugin::TokenBucket,
+    suppressed: u64,
+}
+
+impl ErrorLines {
+    /// Five lines a second.
+    fn new() -> Self {
+        Self {
+            budget: crate::plugin::TokenBucket::new(5),
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(lines suppressed since the last one)` when a line may be logged.
+    fn take(&mut self) -> Option<u64> {
+        if self.budget.take() {
+            Some(std::mem::take(&mut self.suppressed))
+        } else {
+            self.suppressed += 1;
+            None
         }
     }
 }

@@ -122,7 +122,9 @@ impl Controller for HpaController {
                 subresource: None,
             };
             // An Event is a courtesy: a throttled or refused one does not fail the rescale.
-            if let Err(error) = cluster::record_event(&regarding, EventType::Normal, "SuccessfulRescale", "Scale", &note) {
+            if let Err(error) =
+                cluster::record_event(&regarding, EventType::Normal, "SuccessfulRescale", "Scale", &note)
+            {
                 info!("hpa {}: event not recorded: {}", request.key, write_error(error));
             }
             info!(
@@ -178,8 +180,8 @@ impl Measured {
         if ratio > 1.0 && self.unready > 0 {
             // Scaling up: pods not yet ready count as using nothing; if that
             // brings the ratio within tolerance (or reverses it), hold.
-            let adjusted = self.usage as f64 / (self.requests + self.unready_requests) as f64 * 100.0
-                / f64::from(self.target);
+            let adjusted =
+                self.usage as f64 / (self.requests + self.unready_requests) as f64 * 100.0 / f64::from(self.target);
             desired = if adjusted <= 1.0 + TOLERANCE {
                 self.current
             } else {
@@ -196,7 +198,10 @@ fn measure(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<std::result
     let spec = &hpa.spec;
     let target_ref = &spec.scale_target_ref;
     if target_ref.kind != "Deployment" {
-        return Ok(Err(format!("targets a {}, only deployments are supported", target_ref.kind)));
+        return Ok(Err(format!(
+            "targets a {}, only deployments are supported",
+            target_ref.kind
+        )));
     }
     let Some(target) = cpu_utilization_target(spec.metrics.as_deref().unwrap_or_default()) else {
         return Ok(Err("no cpu utilization target".into()));
@@ -214,7 +219,12 @@ fn measure(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<std::result
         .label_selector(selector)
         .fetch()?
         .parse()?;
-    Ok(measure_pods(&target_ref.name, deployment_spec.replicas.unwrap_or(1), target, &pods))
+    Ok(measure_pods(
+        &target_ref.name,
+        deployment_spec.replicas.unwrap_or(1),
+        target,
+        &pods,
+    ))
 }
 
 /// The measurement of a deployment's pods against a utilization target.
@@ -231,7 +241,9 @@ fn measure_pods(deployment: &str, current: i32, target: i32, pods: &[Pod]) -> st
         unready: 0,
     };
     for pod in pods.iter().filter(|pod| pod.metadata.deletion_timestamp.is_none()) {
-        let Some(requests) = pod_cpu_requests(pod) else { continue };
+        let Some(requests) = pod_cpu_requests(pod) else {
+            continue;
+        };
         match (is_ready(pod), pod_usage(pod)) {
             (true, Some(usage)) => {
                 measured.usage += usage;
@@ -262,16 +274,17 @@ fn stabilize(
     current: i32,
 ) -> i32 {
     history.push_back((now, recommended));
-    while history
-        .front()
-        .is_some_and(|(at, _)| now.duration_since(*at) > window)
-    {
+    while history.front().is_some_and(|(at, _)| now.duration_since(*at) > window) {
         history.pop_front();
     }
     if recommended >= current {
         return recommended;
     }
-    let highest = history.iter().map(|(_, replicas)| *replicas).max().unwrap_or(recommended);
+    let highest = history
+        .iter()
+        .map(|(_, replicas)| *replicas)
+        .max()
+        .unwrap_or(recommended);
     highest.min(current)
 }
 
@@ -289,9 +302,7 @@ fn scale_down_window(hpa: &HorizontalPodAutoscaler) -> Duration {
 /// The HPA status after this reconcile, as a merge patch.
 fn status_patch(hpa: &HorizontalPodAutoscaler, measured: &Measured, desired: i32, rescaled: bool) -> serde_json::Value {
     let now = now_rfc3339();
-    let condition = |kind: &str, reason: &str, message: String| {
-        json!({"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now})
-    };
+    let condition = |kind: &str, reason: &str, message: String| json!({"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now});
     let limited = desired == hpa.spec.max_replicas || Some(desired) == hpa.spec.min_replicas;
     let mut status = json!({
         "observedGeneration": hpa.metadata.generation,
@@ -429,7 +440,9 @@ mod tests {
     }
 
     fn recommend(current: i32, pods: &[Pod], min: i32, max: i32) -> i32 {
-        measure_pods("web", current, 50, pods).expect("measurable").recommend(&hpa(min, max))
+        measure_pods("web", current, 50, pods)
+            .expect("measurable")
+            .recommend(&hpa(min, max))
     }
 
     #[test]
@@ -475,11 +488,23 @@ mod tests {
         let start = Instant::now();
         let window = Duration::from_secs(60);
         let mut history = VecDeque::new();
-        assert_eq!(stabilize(&mut history, start, window, 6, 3), 6, "a scale-up applies at once");
+        assert_eq!(
+            stabilize(&mut history, start, window, 6, 3),
+            6,
+            "a scale-up applies at once"
+        );
         let later = |seconds| start + Duration::from_secs(seconds);
-        assert_eq!(stabilize(&mut history, later(10), window, 2, 6), 6, "held by the earlier 6");
+        assert_eq!(
+            stabilize(&mut history, later(10), window, 2, 6),
+            6,
+            "held by the earlier 6"
+        );
         assert_eq!(stabilize(&mut history, later(50), window, 3, 6), 6);
-        assert_eq!(stabilize(&mut history, later(65), window, 2, 6), 3, "the 6 left the window");
+        assert_eq!(
+            stabilize(&mut history, later(65), window, 2, 6),
+            3,
+            "the 6 left the window"
+        );
         assert_eq!(stabilize(&mut history, later(200), window, 2, 3), 2);
     }
 }
