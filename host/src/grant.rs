@@ -10,8 +10,8 @@
 //!
 //! Writes are granted apart, by [`WriteRule`]s: verbs on resources (and
 //! subresources) in namespaces. [`Grant::allows_write`] is the one check every
-//! write passes before it is sent. The default grant
-//! writes nothing.
+//! write passes before it is sent ([`crate::cluster::Writer`]). The default
+//! grant writes nothing.
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -4,7 +4,7 @@
 //! is not set takes the default written here, once. The plugin instance enforces
 //! the call, memory, query and log limits ([`crate::plugin`]); the runtime the
 //! queue, batch and failure ones ([`crate::runtime`]); the plugin's writer the
-//! write ones.
+//! write ones ([`crate::cluster`]).
 
 use std::time::Duration;
 
