@@ -1,13 +1,15 @@
 //! `kinformer check`: loads a plugin with the manifest beside it, runs its
 //! `init` against an empty cache, and reviews what it registers against its
-//! grant — the same review the runtime applies.
+//! grant — the same review the runtime applies — and prints what the grant
+//! lets it write. Nothing is sent to a cluster: writes in `init` answer
+//! `denied`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use kinformer::caches::Caches;
-use kinformer::grant::Review;
+use kinformer::grant::{Review, WriteMode, WriteRule};
 use kinformer::manifest::Manifest;
 use kinformer::plugin::{PluginEngine, PluginOptions};
 use kinformer::registration::Registration;
@@ -25,6 +27,10 @@ pub struct Report {
     pub size: u64,
     /// How long it took to compile.
     pub compile: std::time::Duration,
+    /// What the grant lets it write.
+    pub writes: Vec<WriteRule>,
+    /// Whether its writes are made or dry runs.
+    pub mode: WriteMode,
 }
 
 /// Checks the plugin file `plugin`: its manifest, its component, its `init`
@@ -54,6 +60,8 @@ pub fn check(plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
         review,
         size,
         compile,
+        writes: manifest.grant.writes().to_vec(),
+        mode: manifest.mode,
     })
 }
 
@@ -121,6 +129,15 @@ impl fmt::Display for Report {
         for refusal in &self.review.refused {
             writeln!(f, "  REFUSED {refusal}")?;
         }
-        Ok(())
+        for rule in &self.writes {
+            writeln!(f, "  write {rule}")?;
+        }
+        match (self.writes.is_empty(), self.mode) {
+            (true, _) => writeln!(f, "  writes nothing"),
+            (false, WriteMode::DryRun) => {
+                writeln!(f, "  writes in dry-run mode: sent with dryRun=All, nothing persisted")
+            }
+            (false, WriteMode::Live) => Ok(()),
+        }
     }
 }

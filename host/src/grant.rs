@@ -1,5 +1,5 @@
-//! Grants: what the operator lets a plugin watch and read, and the one review
-//! of a plugin's registration against it.
+//! Grants: what the operator lets a plugin watch, read and write, and the one
+//! review of a plugin's registration against it.
 //!
 //! A [`Grant`] names resources (`apiVersion/Kind` patterns) and namespaces (a
 //! [`Scope`]). [`Grant::review`] decides, for a plugin's [`Registration`], which
@@ -7,12 +7,18 @@
 //! starts what is accepted, `kinformer check` prints the same answer. Reads are
 //! enforced through the scope every cache read passes ([`crate::indexer::Indexer::scoped`])
 //! and every delta queue ([`crate::processor::ListenerOptions::scope`]).
+//!
+//! Writes are granted apart, by [`WriteRule`]s: verbs on resources (and
+//! subresources) in namespaces. [`Grant::allows_write`] is the one check every
+//! write passes before it is sent ([`crate::cluster::Writer`]). The default
+//! grant writes nothing.
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
 use kube::api::GroupVersionKind;
+use serde::{Deserialize, Serialize};
 
 use crate::index::{LABEL_INDEX_PREFIX, NAMESPACE_INDEX, OWNER_INDEX, check_definition};
 use crate::object::CachedObject;
@@ -68,6 +74,17 @@ impl Scope {
         key.split_once('/').is_none_or(|(namespace, _)| self.allows(namespace))
     }
 
+    /// These namespaces, or every one when `*` is among them.
+    #[must_use]
+    pub fn from_names<'a>(namespaces: impl IntoIterator<Item = &'a str>) -> Self {
+        let namespaces: Vec<&str> = namespaces.into_iter().collect();
+        if namespaces.contains(&"*") {
+            Self::all()
+        } else {
+            Self::only(namespaces)
+        }
+    }
+
     /// The narrower of the two scopes (their intersection).
     #[must_use]
     pub fn intersect(&self, other: &Self) -> Self {
@@ -79,19 +96,23 @@ impl Scope {
     }
 }
 
-/// Which resources and namespaces a plugin may watch and read.
+/// Which resources and namespaces a plugin may watch and read, and what it
+/// may write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     resources: Option<Vec<ResourcePattern>>,
     namespaces: Scope,
+    writes: Vec<WriteRule>,
 }
 
 impl Default for Grant {
-    /// The default grant: every resource but `v1/Secret`, every namespace.
+    /// The default grant: every resource but `v1/Secret`, every namespace, no
+    /// writes.
     fn default() -> Self {
         Self {
             resources: None,
             namespaces: Scope::all(),
+            writes: Vec::new(),
         }
     }
 }
@@ -125,14 +146,66 @@ impl Grant {
             .map(|patterns| {
                 patterns
                     .into_iter()
-                    .map(ResourcePattern::parse)
+                    .map(|pattern| {
+                        let parsed = ResourcePattern::parse(pattern)?;
+                        match parsed.subresource {
+                            None => Ok(parsed),
+                            Some(_) => Err(format!("resource {pattern:?}: reads name resources, not subresources")),
+                        }
+                    })
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()?;
         Ok(Self {
             resources,
-            namespaces: namespaces.map_or_else(Scope::all, namespaces_scope),
+            namespaces: namespaces.map_or_else(Scope::all, Scope::from_names),
+            writes: Vec::new(),
         })
+    }
+
+    /// This grant with these write rules (in place of any it had).
+    #[must_use]
+    pub fn with_writes(mut self, rules: impl IntoIterator<Item = WriteRule>) -> Self {
+        self.writes = rules.into_iter().collect();
+        self
+    }
+
+    /// The write rules; none in the default grant.
+    #[must_use]
+    pub fn writes(&self) -> &[WriteRule] {
+        &self.writes
+    }
+
+    /// True when some rule lets the plugin `verb` the `subresource` (the object
+    /// itself when `None`) of a `gvk` object in `namespace` (`None` for a
+    /// cluster-scoped object, which needs a rule for every namespace).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kinformer::grant::{Grant, Scope, Verb, WriteRule};
+    /// use kube::api::GroupVersionKind;
+    ///
+    /// let rule = WriteRule::new([Verb::Patch], ["apps/v1/Deployment/scale"], Scope::only(["shop"]))?;
+    /// let grant = Grant::default().with_writes([rule]);
+    /// let deployments = GroupVersionKind::gvk("apps", "v1", "Deployment");
+    /// assert!(grant.allows_write(Verb::Patch, &deployments, Some("scale"), Some("shop")));
+    /// assert!(!grant.allows_write(Verb::Patch, &deployments, None, Some("shop")));
+    /// assert!(!grant.allows_write(Verb::Update, &deployments, Some("scale"), Some("shop")));
+    /// assert!(!grant.allows_write(Verb::Patch, &deployments, Some("scale"), Some("payments")));
+    /// # Ok::<(), String>(())
+    /// ```
+    #[must_use]
+    pub fn allows_write(
+        &self,
+        verb: Verb,
+        gvk: &GroupVersionKind,
+        subresource: Option<&str>,
+        namespace: Option<&str>,
+    ) -> bool {
+        self.writes
+            .iter()
+            .any(|rule| rule.allows(verb, gvk, subresource, namespace))
     }
 
     /// True when the plugin may watch and read `gvk`.
@@ -150,53 +223,220 @@ impl Grant {
         &self.namespaces
     }
 
-    /// This grant narrowed to `scope` (the host's own namespace, say).
+    /// This grant narrowed to `scope` (the host's own namespace, say): its reads
+    /// and its writes.
     #[must_use]
     pub fn within(mut self, scope: &Scope) -> Self {
         self.namespaces = self.namespaces.intersect(scope);
+        for rule in &mut self.writes {
+            rule.namespaces = rule.namespaces.intersect(scope);
+        }
         self
     }
 }
 
-fn namespaces_scope<'a>(namespaces: impl IntoIterator<Item = &'a str>) -> Scope {
-    let namespaces: Vec<&str> = namespaces.into_iter().collect();
-    if namespaces.contains(&"*") {
-        Scope::all()
-    } else {
-        Scope::only(namespaces)
+/// How a plugin's writes reach the cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteMode {
+    /// Writes are made.
+    #[default]
+    Live,
+    /// Every write is sent with `dryRun=All`: the API server validates it and
+    /// answers as if it were made, and persists nothing.
+    DryRun,
+}
+
+/// What a write does, as the API server's RBAC names it (`apply` is a `patch`
+/// there; it is granted apart here, as server-side apply takes over fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verb {
+    /// Create an object (events are created too).
+    Create,
+    /// Replace an object or a subresource.
+    Update,
+    /// Patch an object or a subresource (JSON merge patch or JSON patch).
+    Patch,
+    /// Server-side apply to an object or a subresource.
+    Apply,
+    /// Delete an object.
+    Delete,
+}
+
+impl Verb {
+    /// The verb as written in a manifest: `create`, `update`, ...
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Patch => "patch",
+            Self::Apply => "apply",
+            Self::Delete => "delete",
+        }
     }
 }
 
-/// `apiVersion/Kind`, where either may be `*`; `*` alone is everything.
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One rule of a write grant: these verbs on these resources in these
+/// namespaces.
+///
+/// A resource pattern is `apiVersion/Kind[/subresource]`, `*` standing for any
+/// apiVersion or any kind. A pattern without a subresource grants the object
+/// only, not its subresources (`status`, `scale`): those are granted by name.
+/// A cluster-scoped object is written only under a rule for every namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRule {
+    verbs: BTreeSet<Verb>,
+    resources: Vec<ResourcePattern>,
+    namespaces: Scope,
+}
+
+impl WriteRule {
+    /// A rule granting `verbs` on `resources` in `namespaces`.
+    ///
+    /// # Errors
+    ///
+    /// When a pattern is malformed, or there is no verb or no resource.
+    pub fn new<'a>(
+        verbs: impl IntoIterator<Item = Verb>,
+        resources: impl IntoIterator<Item = &'a str>,
+        namespaces: Scope,
+    ) -> Result<Self, String> {
+        let verbs: BTreeSet<Verb> = verbs.into_iter().collect();
+        let resources = resources
+            .into_iter()
+            .map(ResourcePattern::parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        if verbs.is_empty() {
+            return Err("a write rule needs at least one verb".to_owned());
+        }
+        if resources.is_empty() {
+            return Err("a write rule needs at least one resource".to_owned());
+        }
+        Ok(Self {
+            verbs,
+            resources,
+            namespaces,
+        })
+    }
+
+    /// The verbs it grants, in order.
+    pub fn verbs(&self) -> impl Iterator<Item = Verb> + '_ {
+        self.verbs.iter().copied()
+    }
+
+    /// The namespaces it grants.
+    #[must_use]
+    pub fn namespaces(&self) -> &Scope {
+        &self.namespaces
+    }
+
+    fn allows(&self, verb: Verb, gvk: &GroupVersionKind, subresource: Option<&str>, namespace: Option<&str>) -> bool {
+        self.verbs.contains(&verb)
+            && namespace.map_or(self.namespaces.is_all(), |namespace| self.namespaces.allows(namespace))
+            && self
+                .resources
+                .iter()
+                .any(|pattern| pattern.matches(gvk) && pattern.subresource.as_deref() == subresource)
+    }
+}
+
+impl fmt::Display for WriteRule {
+    /// `create, patch v1/ConfigMap, apps/v1/Deployment/scale in namespaces a, b`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let verbs: Vec<&str> = self.verbs.iter().map(|verb| verb.as_str()).collect();
+        let resources: Vec<String> = self.resources.iter().map(ToString::to_string).collect();
+        write!(f, "{} {}", verbs.join(", "), resources.join(", "))?;
+        match self.namespaces.namespaces() {
+            None => write!(f, " in every namespace"),
+            Some(namespaces) if namespaces.is_empty() => write!(f, " in no namespace"),
+            Some(namespaces) => {
+                let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+                write!(f, " in namespaces {}", namespaces.join(", "))
+            }
+        }
+    }
+}
+
+/// `apiVersion/Kind[/subresource]`, where apiVersion or Kind may be `*`; `*`
+/// alone is every resource. Kinds begin with a capital letter and
+/// subresources with a lowercase one, which tells `v1/Pod/status` (a core
+/// subresource) from `apps/v1/Deployment` (a named group).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ResourcePattern {
     api_version: Option<String>,
     kind: Option<String>,
+    subresource: Option<String>,
 }
 
 impl ResourcePattern {
     fn parse(pattern: &str) -> Result<Self, String> {
         let wild = |part: &str| (part != "*").then(|| part.to_owned());
-        if pattern == "*" {
+        let malformed = || {
+            format!(
+                "resource {pattern:?}: want apiVersion/Kind (v1/Pod, apps/v1/Deployment, apps/v1/*) or *, \
+                 and for writes apiVersion/Kind/subresource (apps/v1/Deployment/scale)"
+            )
+        };
+        let (resource, subresource) = match pattern.rsplit_once('/') {
+            Some((rest, last)) if last.starts_with(|c: char| c.is_ascii_lowercase()) => (rest, Some(last)),
+            _ => (pattern, None),
+        };
+        if subresource.is_some_and(|sub| !sub.chars().all(|c| c.is_ascii_lowercase())) {
+            return Err(malformed());
+        }
+        let subresource = subresource.map(str::to_owned);
+        if resource == "*" {
             return Ok(Self {
                 api_version: None,
                 kind: None,
+                subresource,
             });
         }
-        match pattern.rsplit_once('/') {
-            Some((api_version, kind)) if !api_version.is_empty() && !kind.is_empty() => Ok(Self {
-                api_version: wild(api_version),
-                kind: wild(kind),
-            }),
-            _ => Err(format!(
-                "resource {pattern:?}: want apiVersion/Kind (v1/Pod, apps/v1/Deployment, apps/v1/*) or *"
-            )),
+        match resource.rsplit_once('/') {
+            Some((api_version, kind))
+                if !api_version.is_empty()
+                    && api_version.matches('/').count() <= 1
+                    && (kind == "*" || kind.starts_with(|c: char| c.is_ascii_uppercase())) =>
+            {
+                Ok(Self {
+                    api_version: wild(api_version),
+                    kind: wild(kind),
+                    subresource,
+                })
+            }
+            _ => Err(malformed()),
         }
     }
 
     fn matches(&self, gvk: &GroupVersionKind) -> bool {
         self.api_version.as_ref().is_none_or(|v| *v == gvk.api_version())
             && self.kind.as_ref().is_none_or(|kind| *kind == gvk.kind)
+    }
+}
+
+impl fmt::Display for ResourcePattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.api_version, &self.kind) {
+            (None, None) => f.write_str("*")?,
+            (api_version, kind) => write!(
+                f,
+                "{}/{}",
+                api_version.as_deref().unwrap_or("*"),
+                kind.as_deref().unwrap_or("*")
+            )?,
+        }
+        match &self.subresource {
+            Some(subresource) => write!(f, "/{subresource}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -477,6 +717,137 @@ mod tests {
             refused[3],
             "index node on v1 Pod: the resource is not watched or not granted"
         );
+    }
+
+    fn write_rule(verbs: &[Verb], resources: &[&str], namespaces: &[&str]) -> WriteRule {
+        WriteRule::new(
+            verbs.iter().copied(),
+            resources.iter().copied(),
+            Scope::from_names(namespaces.iter().copied()),
+        )
+        .unwrap()
+    }
+
+    const ALL_VERBS: [Verb; 5] = [Verb::Create, Verb::Update, Verb::Patch, Verb::Apply, Verb::Delete];
+
+    #[test]
+    fn the_default_grant_writes_nothing() {
+        let grant = Grant::default();
+        let pods = GroupVersionKind::gvk("", "v1", "Pod");
+        for verb in ALL_VERBS {
+            for subresource in [None, Some("status")] {
+                assert!(!grant.allows_write(verb, &pods, subresource, Some("a")), "{verb}");
+                assert!(!grant.allows_write(verb, &pods, subresource, None), "{verb}");
+            }
+        }
+        assert!(Grant::new(["*"], ["*"]).unwrap().writes().is_empty());
+    }
+
+    #[test]
+    fn a_write_rule_grants_its_verbs_on_its_resources_in_its_namespaces() {
+        let grant = Grant::default().with_writes([
+            write_rule(
+                &[Verb::Patch, Verb::Update],
+                &["apps/v1/Deployment", "v1/*"],
+                &["a", "b"],
+            ),
+            write_rule(&[Verb::Create], &["events.k8s.io/v1/Event"], &["*"]),
+        ]);
+        let deployments = GroupVersionKind::gvk("apps", "v1", "Deployment");
+        let configmaps = GroupVersionKind::gvk("", "v1", "ConfigMap");
+        let events = GroupVersionKind::gvk("events.k8s.io", "v1", "Event");
+        let statefulsets = GroupVersionKind::gvk("apps", "v1", "StatefulSet");
+        let mut granted = Vec::new();
+        for verb in ALL_VERBS {
+            for (name, gvk) in [
+                ("deployment", &deployments),
+                ("configmap", &configmaps),
+                ("event", &events),
+                ("statefulset", &statefulsets),
+            ] {
+                for namespace in ["a", "c"] {
+                    if grant.allows_write(verb, gvk, None, Some(namespace)) {
+                        granted.push(format!("{verb} {name} in {namespace}"));
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            granted,
+            [
+                "create event in a",
+                "create event in c",
+                "update deployment in a",
+                "update configmap in a",
+                "patch deployment in a",
+                "patch configmap in a",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_resource_without_a_subresource_does_not_grant_its_subresources() {
+        let deployments = GroupVersionKind::gvk("apps", "v1", "Deployment");
+        let pods = GroupVersionKind::gvk("", "v1", "Pod");
+        let grant = Grant::default().with_writes([write_rule(
+            &[Verb::Patch],
+            &["apps/v1/Deployment", "apps/v1/Deployment/scale", "v1/*/status"],
+            &["*"],
+        )]);
+        let allowed = |gvk, subresource| grant.allows_write(Verb::Patch, gvk, subresource, Some("a"));
+        assert!(allowed(&deployments, None));
+        assert!(allowed(&deployments, Some("scale")));
+        assert!(!allowed(&deployments, Some("status")));
+        assert!(allowed(&pods, Some("status")));
+        assert!(!allowed(&pods, None));
+        let only_objects = Grant::default().with_writes([write_rule(&[Verb::Patch], &["*"], &["*"])]);
+        assert!(only_objects.allows_write(Verb::Patch, &pods, None, Some("a")));
+        assert!(!only_objects.allows_write(Verb::Patch, &pods, Some("status"), Some("a")));
+    }
+
+    #[test]
+    fn a_cluster_scoped_write_needs_a_rule_for_every_namespace() {
+        let nodes = GroupVersionKind::gvk("", "v1", "Node");
+        let in_a = Grant::default().with_writes([write_rule(&[Verb::Patch], &["v1/Node"], &["a"])]);
+        assert!(!in_a.allows_write(Verb::Patch, &nodes, None, None));
+        let everywhere = Grant::default().with_writes([write_rule(&[Verb::Patch], &["v1/Node"], &["*"])]);
+        assert!(everywhere.allows_write(Verb::Patch, &nodes, None, None));
+        // A host confined to a namespace writes nothing cluster-scoped.
+        let confined = everywhere.within(&Scope::only(["a"]));
+        assert!(!confined.allows_write(Verb::Patch, &nodes, None, None));
+        assert!(confined.allows_write(Verb::Patch, &nodes, None, Some("a")));
+        assert!(!confined.allows_write(Verb::Patch, &nodes, None, Some("b")));
+    }
+
+    #[test]
+    fn malformed_write_rules_are_refused_and_good_ones_print_as_written() {
+        for bad in [
+            "Pod",
+            "v1",
+            "apps/v1/deployments",
+            "apps/v1/Deployment/Scale",
+            "v1/Pod/sta-tus",
+        ] {
+            assert!(WriteRule::new([Verb::Patch], [bad], Scope::all()).is_err(), "{bad}");
+        }
+        assert!(WriteRule::new([], ["v1/Pod"], Scope::all()).is_err());
+        assert!(WriteRule::new([Verb::Patch], [], Scope::all()).is_err());
+        let rule = write_rule(
+            &[Verb::Patch, Verb::Create],
+            &["v1/ConfigMap", "apps/v1/Deployment/scale", "*", "v1/*/status"],
+            &["b", "a"],
+        );
+        assert_eq!(
+            rule.to_string(),
+            "create, patch v1/ConfigMap, apps/v1/Deployment/scale, *, v1/*/status in namespaces a, b"
+        );
+        assert!(
+            write_rule(&[Verb::Delete], &["v1/Pod"], &["*"])
+                .to_string()
+                .ends_with("in every namespace")
+        );
+        // Reads never name subresources.
+        assert!(Grant::new(["apps/v1/Deployment/scale"], ["*"]).is_err());
     }
 
     #[test]

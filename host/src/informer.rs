@@ -166,6 +166,12 @@ impl SharedInformerFactory {
         }
     }
 
+    /// The client its informers list and watch with.
+    #[must_use]
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
     /// Sets the transform of informers started from now on.
     #[must_use]
     pub fn transform(mut self, transform: Transform) -> Self {

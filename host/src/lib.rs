@@ -8,6 +8,7 @@
 //! `kinformer:plugin` WIT world; they read the cache through host functions.
 
 pub mod caches;
+pub mod cluster;
 pub mod delta;
 pub mod file;
 pub mod grant;

@@ -3,7 +3,8 @@
 //! The operator sets them in the plugin's manifest ([`crate::manifest`]); what
 //! is not set takes the default written here, once. The plugin instance enforces
 //! the call, memory, query and log limits ([`crate::plugin`]); the runtime the
-//! queue, batch and failure ones ([`crate::runtime`]).
+//! queue, batch and failure ones ([`crate::runtime`]); the plugin's writer the
+//! write ones ([`crate::cluster`]).
 
 use std::time::Duration;
 
@@ -26,6 +27,12 @@ pub struct Limits {
     pub queue_capacity: usize,
     /// Deltas per `handle` call at most.
     pub max_batch: usize,
+    /// Writes to the cluster per second, once the burst is spent.
+    pub writes_per_second: u32,
+    /// Writes let through at once when the plugin has not written for a while.
+    pub write_burst: u32,
+    /// The longest one write may wait for the API server (discovery included).
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -38,6 +45,9 @@ impl Default for Limits {
             log_lines_per_second: 200,
             queue_capacity: 4096,
             max_batch: 64,
+            writes_per_second: 10,
+            write_burst: 20,
+            write_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -87,3 +97,7 @@ pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The most memory a manifest may grant, in MiB.
 pub const MAX_MEMORY_MIB: u64 = 1024;
+
+/// The largest object or patch a plugin may send in one write, in bytes; the
+/// API server's own limit on a request body is 3 MiB.
+pub const MAX_WRITE_BYTES: usize = 1 << 20;

@@ -9,12 +9,25 @@
 //! ```toml
 //! # The string passed to the plugin's `init`.
 //! config = "v1/Pod,apps/v1/Deployment"
+//! # "dry-run": every write is sent with dryRun=All and persists nothing.
+//! mode = "live"
 //!
 //! [grant]
 //! # apiVersion/Kind patterns; `*` stands for any apiVersion or any kind.
 //! resources = ["v1/Pod", "apps/v1/*"]
 //! # Namespaces whose objects the plugin may see; `*` for all.
 //! namespaces = ["shop", "payments"]
+//!
+//! # Writes, one table per rule; none by default.
+//! [[grant.write]]
+//! verbs = ["patch", "update"]     # create, update, patch, apply, delete
+//! # apiVersion/Kind[/subresource]; an object's subresources are granted by name.
+//! resources = ["apps/v1/Deployment/scale", "autoscaling/v2/HorizontalPodAutoscaler/status"]
+//! namespaces = ["shop"]           # default: the namespaces of the grant
+//!
+//! [[grant.write]]                 # record-event creates events.k8s.io/v1 Events
+//! verbs = ["create"]
+//! resources = ["events.k8s.io/v1/Event"]
 //!
 //! [limits]
 //! call-timeout-ms = 1000       # longest init or handle call
@@ -24,6 +37,9 @@
 //! log-lines-per-second = 200
 //! queue-capacity = 4096        # deltas queued before catch-up mode
 //! max-batch = 64               # deltas per handle call
+//! writes-per-second = 10       # token bucket of the plugin's writes...
+//! write-burst = 20             # ...and its size
+//! write-timeout-ms = 10000     # longest wait for the API server per write
 //!
 //! [failures]
 //! on-error = "retry"           # a batch `handle` rejects: "retry" or "skip"
@@ -35,8 +51,8 @@
 //! ```
 //!
 //! Without a manifest (or without a `[grant]`), a plugin gets the **default
-//! grant**: every resource except `v1/Secret`, in every namespace, with the
-//! default limits. Secrets are only ever readable through an explicit grant that
+//! grant**: every resource except `v1/Secret`, in every namespace, no writes,
+//! with the default limits. Secrets are only ever readable through an explicit grant that
 //! names them (`v1/Secret`, `v1/*` or `*`).
 
 use std::path::{Path, PathBuf};
@@ -44,7 +60,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::grant::Grant;
+use crate::grant::{Grant, Scope, Verb, WriteMode, WriteRule};
 use crate::limits::{FailurePolicy, Limits, MAX_MEMORY_MIB, MAX_RESTART_BACKOFF, OnError};
 
 /// Why a manifest was refused.
@@ -75,7 +91,9 @@ pub enum Error {
 pub struct Manifest {
     /// The string passed to the plugin's `init`.
     pub config: String,
-    /// What the plugin may watch and read.
+    /// Whether its writes are made or only validated by the server.
+    pub mode: WriteMode,
+    /// What the plugin may watch, read and write.
     pub grant: Grant,
     /// The plugin's limits.
     pub limits: Limits,
@@ -88,6 +106,7 @@ pub struct Manifest {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct File {
     config: Option<String>,
+    mode: Option<WriteMode>,
     grant: Option<GrantFile>,
     limits: Option<LimitsFile>,
     failures: Option<FailuresFile>,
@@ -97,6 +116,15 @@ struct File {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct GrantFile {
     resources: Option<Vec<String>>,
+    namespaces: Option<Vec<String>>,
+    write: Option<Vec<WriteRuleFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct WriteRuleFile {
+    verbs: Vec<Verb>,
+    resources: toml::Spanned<Vec<String>>,
     namespaces: Option<Vec<String>>,
 }
 
@@ -110,6 +138,9 @@ struct LimitsFile {
     log_lines_per_second: Option<u32>,
     queue_capacity: Option<u64>,
     max_batch: Option<u64>,
+    writes_per_second: Option<u64>,
+    write_burst: Option<u64>,
+    write_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -183,19 +214,36 @@ impl Manifest {
                 None => invalid(message),
             }
         })?;
+        let at = |offset: usize, message: String| {
+            let (line, column) = line_and_column(text, offset);
+            invalid(format!("line {line}, column {column}: {message}"))
+        };
         let mut manifest = Self {
             config: file.config.unwrap_or_default(),
+            mode: file.mode.unwrap_or_default(),
             ..Self::default()
         };
         if let Some(grant) = file.grant {
             fn strs(names: &[String]) -> Vec<&str> {
                 names.iter().map(String::as_str).collect()
             }
-            manifest.grant = Grant::from_parts(
+            let reads = Grant::from_parts(
                 grant.resources.as_deref().map(strs),
                 grant.namespaces.as_deref().map(strs),
             )
             .map_err(|message| invalid(format!("grant.resources: {message}")))?;
+            let mut writes = Vec::new();
+            for (i, rule) in grant.write.unwrap_or_default().into_iter().enumerate() {
+                let namespaces = match &rule.namespaces {
+                    Some(names) => Scope::from_names(strs(names)),
+                    None => reads.namespaces().clone(),
+                };
+                let offset = rule.resources.span().start;
+                let written = WriteRule::new(rule.verbs, strs(rule.resources.get_ref()), namespaces)
+                    .map_err(|message| at(offset, format!("grant.write[{i}]: {message}")))?;
+                writes.push(written);
+            }
+            manifest.grant = reads.with_writes(writes);
         }
         let limits = file.limits.unwrap_or_default();
         let defaults = Limits::default();
@@ -248,6 +296,27 @@ impl Manifest {
                 defaults.queue_capacity as u64,
             )? as usize,
             max_batch: range("max-batch", limits.max_batch, 1, 4096, defaults.max_batch as u64)? as usize,
+            writes_per_second: range(
+                "writes-per-second",
+                limits.writes_per_second,
+                1,
+                10_000,
+                u64::from(defaults.writes_per_second),
+            )? as u32,
+            write_burst: range(
+                "write-burst",
+                limits.write_burst,
+                1,
+                100_000,
+                u64::from(defaults.write_burst),
+            )? as u32,
+            write_timeout: Duration::from_millis(range(
+                "write-timeout-ms",
+                limits.write_timeout_ms,
+                10,
+                300_000,
+                defaults.write_timeout.as_millis() as u64,
+            )?),
         };
         let failures = file.failures.unwrap_or_default();
         let defaults = FailurePolicy::default();
@@ -346,11 +415,82 @@ mod tests {
     }
 
     #[test]
+    fn write_rules_and_write_limits_are_read() {
+        let manifest = parse(
+            r#"
+            mode = "dry-run"
+            [grant]
+            namespaces = ["a", "b"]
+            [[grant.write]]
+            verbs = ["patch", "update"]
+            resources = ["apps/v1/Deployment/scale", "autoscaling/v2/HorizontalPodAutoscaler/status"]
+            namespaces = ["*"]
+            [[grant.write]]
+            verbs = ["create"]
+            resources = ["events.k8s.io/v1/Event"]
+            [limits]
+            writes-per-second = 3
+            write-burst = 4
+            write-timeout-ms = 500
+            "#,
+        )
+        .unwrap();
+        assert_eq!(manifest.mode, WriteMode::DryRun);
+        let grant = &manifest.grant;
+        let deployments = gvk("apps", "v1", "Deployment");
+        let hpas = gvk("autoscaling", "v2", "HorizontalPodAutoscaler");
+        let events = gvk("events.k8s.io", "v1", "Event");
+        assert!(grant.allows_write(Verb::Patch, &deployments, Some("scale"), Some("z")));
+        assert!(grant.allows_write(Verb::Update, &hpas, Some("status"), Some("z")));
+        assert!(!grant.allows_write(Verb::Patch, &deployments, None, Some("z")));
+        assert!(!grant.allows_write(Verb::Create, &deployments, Some("scale"), Some("z")));
+        // The events rule took the grant's namespaces.
+        assert!(grant.allows_write(Verb::Create, &events, None, Some("b")));
+        assert!(!grant.allows_write(Verb::Create, &events, None, Some("z")));
+        assert_eq!(grant.writes().len(), 2);
+        assert_eq!(manifest.limits.writes_per_second, 3);
+        assert_eq!(manifest.limits.write_burst, 4);
+        assert_eq!(manifest.limits.write_timeout, Duration::from_millis(500));
+
+        let defaults = parse("").unwrap();
+        assert_eq!(defaults.mode, WriteMode::Live);
+        assert!(defaults.grant.writes().is_empty());
+        assert_eq!(defaults.limits.writes_per_second, Limits::default().writes_per_second);
+    }
+
+    #[test]
+    fn broken_write_rules_are_refused_saying_where() {
+        let message = |text: &str| parse(text).unwrap_err().to_string();
+        assert_eq!(
+            message("[[grant.write]]\nverbs = [\"patch\"]\nresources = [\"v1/Pod\"]\nnamespace = [\"a\"]\n"),
+            "p.toml: line 4, column 1: unknown field `namespace`, expected one of `verbs`, `resources`, `namespaces`"
+        );
+        assert!(
+            message("[[grant.write]]\nverbs = [\"scale\"]\nresources = [\"v1/Pod\"]\n")
+                .starts_with("p.toml: line 2, column 10: unknown variant `scale`"),
+        );
+        assert!(message("[[grant.write]]\nverbs = [\"patch\"]\n").contains("missing field `resources`"));
+        assert!(
+            message("[[grant.write]]\nverbs = [\"patch\"]\nresources = [\"v1/Pod\", \"pods\"]\n")
+                .starts_with("p.toml: line 3, column 13: grant.write[0]: resource \"pods\""),
+        );
+        assert_eq!(
+            message("[[grant.write]]\nverbs = []\nresources = [\"v1/Pod\"]\n"),
+            "p.toml: line 3, column 13: grant.write[0]: a write rule needs at least one verb"
+        );
+        assert!(message("mode = \"wet-run\"").contains("unknown variant `wet-run`"));
+        assert_eq!(
+            message("[limits]\nwrites-per-second = 0"),
+            "p.toml: limits.writes-per-second is 0: must be 1 to 10000"
+        );
+    }
+
+    #[test]
     fn broken_manifests_are_refused_saying_where() {
         let message = |text: &str| parse(text).unwrap_err().to_string();
         assert_eq!(
             message("[grant]\nresorces = [\"v1/Pod\"]\n"),
-            "p.toml: line 2, column 1: unknown field `resorces`, expected `resources` or `namespaces`"
+            "p.toml: line 2, column 1: unknown field `resorces`, expected one of `resources`, `namespaces`, `write`"
         );
         assert!(message("config = 3").starts_with("p.toml: line 1, column 10: invalid type"));
         assert!(message("[limits\n").starts_with("p.toml: line 1"));

@@ -1,8 +1,8 @@
 //! A compiled and linked plugin component, from which instances are made.
 
-use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 
-use super::engine::ticks;
+use super::engine::{EPOCH_TICK, ticks};
 use super::host::HostState;
 use super::instance::Exports;
 use super::instance::LiveInstance;
@@ -76,12 +76,21 @@ impl PluginComponent {
             options.grant,
             options.limits,
             log,
+            options.writer,
             store_limits,
         );
         let mut store = Store::new(&self.engine.engine, state);
         store.limiter(|state| &mut state.store_limits);
         let deadline_ticks = ticks(options.limits.call_timeout);
         store.set_epoch_deadline(deadline_ticks);
+        // At the deadline, the time the call spent waiting in the host (for
+        // the API server) is given back; with none left, the call is over.
+        store.epoch_deadline_callback(|mut store| {
+            Ok(match store.data_mut().deadline.take_ticks(EPOCH_TICK) {
+                0 => UpdateDeadline::Interrupt,
+                credit => UpdateDeadline::Continue(credit),
+            })
+        });
         let plugin = match &self.pre {
             Pre::Handler(pre) => pre.instantiate(&mut store).map(Exports::Handler),
             Pre::Controller(pre) => pre.instantiate(&mut store).map(Exports::Controller),

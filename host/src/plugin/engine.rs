@@ -14,7 +14,7 @@ use super::host::HostState;
 use super::{Error, PluginComponent, Result, bindings, controller_bindings, digest, plugin_name};
 
 /// How often the epoch ticks; call deadlines are counted in ticks.
-const EPOCH_TICK: Duration = Duration::from_millis(10);
+pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// The shared wasmtime engine: compiles components and drives call deadlines.
 ///

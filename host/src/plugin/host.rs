@@ -1,4 +1,5 @@
-//! The host functions a plugin imports: `cache` queries and `log`.
+//! The data of a plugin's store, and the host functions it serves: `cache`
+//! queries and `log` (`cluster` writes are in the `cluster` module).
 //!
 //! Every argument comes from untrusted guest code: lengths, keys, selectors and
 //! index names are validated and bounded, and a bad one is an error value for the
@@ -10,8 +11,10 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::kinformer::plugin::{cache, log, types};
+use super::deadline::DeadlineCredit;
 use super::log::PluginLog;
 use crate::caches::Caches;
+use crate::cluster::Writer;
 use crate::grant::Grant;
 use crate::index::IndexError;
 use crate::indexer::{Indexer, Listing};
@@ -29,6 +32,10 @@ pub(crate) struct HostState {
     grant: Grant,
     limits: Limits,
     pub(crate) log: PluginLog,
+    /// Where its writes go; `None` denies them all.
+    pub(super) writer: Option<Writer>,
+    /// Time the current call spent waiting in the host, owed to its deadline.
+    pub(super) deadline: DeadlineCredit,
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) store_limits: StoreLimits,
@@ -41,6 +48,7 @@ impl HostState {
         grant: Grant,
         limits: Limits,
         log: PluginLog,
+        writer: Option<Writer>,
         store_limits: StoreLimits,
     ) -> Self {
         // A minimal WASI: clocks and random; no files, sockets or environment;
@@ -55,6 +63,8 @@ impl HostState {
             grant,
             limits,
             log,
+            writer,
+            deadline: DeadlineCredit::default(),
             wasi,
             table: ResourceTable::new(),
             store_limits,
@@ -258,6 +268,7 @@ mod tests {
             Grant::default(),
             limits,
             PluginLog::new("test", 10, None),
+            None,
             StoreLimits::default(),
         )
     }
@@ -346,6 +357,7 @@ mod tests {
             grant,
             Limits::default(),
             log,
+            None,
             StoreLimits::default(),
         );
         fn denied<T>(result: Result<T, cache::CacheError>) -> bool {

@@ -218,6 +218,7 @@ impl PluginInstance {
             return Err(Error::Poisoned(self.name.clone()));
         }
         self.store.set_epoch_deadline(self.deadline_ticks);
+        self.store.data_mut().deadline.start_call();
         match f(&self.plugin, &mut self.store) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(Error::Plugin {

@@ -2,9 +2,11 @@
 //!
 //! A [`PluginEngine`] compiles `.wasm` files into [`PluginComponent`]s; a
 //! component is instantiated into a [`PluginInstance`] with its own wasmtime
-//! `Store`, bound to the host's [`Caches`] for its `cache` imports. The instance
-//! runs `init` and `handle` under a time limit (epoch deadlines) and a memory limit
-//! (store limits).
+//! `Store`, bound to the host's [`Caches`] for its `cache` imports and to a
+//! [`Writer`](crate::cluster::Writer) for its `cluster` imports. The instance
+//! runs `init` and `handle` under a time limit (epoch deadlines, not counting
+//! the time spent waiting for the API server) and a memory limit (store
+//! limits).
 //!
 //! # Examples
 //!
@@ -22,6 +24,7 @@
 
 mod cluster;
 mod component;
+mod deadline;
 mod engine;
 mod host;
 mod instance;
@@ -29,6 +32,7 @@ mod log;
 
 use std::path::{Path, PathBuf};
 
+use crate::cluster::Writer;
 use crate::grant::Grant;
 use crate::limits::Limits;
 
@@ -130,6 +134,11 @@ pub struct PluginOptions {
     pub grant: Grant,
     /// Where the plugin's log lines go, besides `tracing`.
     pub log_sink: Option<LogSink>,
+    /// Where the plugin's writes go (the writer checks them against its own
+    /// grant); `None` answers every write `denied`. Its calls block the
+    /// thread that calls the plugin, so call a plugin with a writer from a
+    /// thread that is not an async task (a worker thread, `spawn_blocking`).
+    pub writer: Option<Writer>,
 }
 
 impl std::fmt::Debug for PluginOptions {
@@ -138,6 +147,7 @@ impl std::fmt::Debug for PluginOptions {
             .field("limits", &self.limits)
             .field("grant", &self.grant)
             .field("log_sink", &self.log_sink.is_some())
+            .field("writer", &self.writer)
             .finish()
     }
 }
@@ -185,6 +195,13 @@ impl PluginOptions {
     #[must_use]
     pub fn log_sink(mut self, sink: LogSink) -> Self {
         self.log_sink = Some(sink);
+        self
+    }
+
+    /// Sets [`PluginOptions::writer`].
+    #[must_use]
+    pub fn writer(mut self, writer: Writer) -> Self {
+        self.writer = Some(writer);
         self
     }
 }

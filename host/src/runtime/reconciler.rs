@@ -12,6 +12,7 @@ use super::status::{PluginState, PluginStatus, STATUS_LOG_LINES, SharedStatus, u
 use super::version::{Context, Version, blocking};
 use super::worker::{Command, Worker, WorkerHandle};
 use super::{BatchObserver, Error};
+use crate::cluster::Cluster;
 use crate::grant::Scope;
 use crate::informer::SharedInformerFactory;
 use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
@@ -34,6 +35,7 @@ struct Plugin {
 pub(super) struct Reconciler {
     pub(super) engine: PluginEngine,
     pub(super) factory: SharedInformerFactory,
+    pub(super) cluster: Cluster,
     pub(super) dir: PathBuf,
     pub(super) scope: Scope,
     pub(super) namespace: Option<String>,
@@ -57,6 +59,7 @@ impl Reconciler {
         let scope = namespace.as_ref().map_or_else(Scope::all, |ns| Scope::only([ns]));
         Self {
             engine,
+            cluster: Cluster::new(factory.client().clone()),
             factory,
             dir,
             scope,
@@ -198,6 +201,8 @@ impl Reconciler {
             scope: &self.scope,
             namespace: self.namespace.as_deref(),
             log_sink: self.status_sink(status),
+            cluster: &self.cluster,
+            status,
         };
         let version = match Version::prepare(name, component, manifest, context).await {
             Ok(version) => version,

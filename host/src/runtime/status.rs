@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use serde::{Serialize, Serializer};
 
+use crate::cluster::WriteRecord;
 use crate::plugin::{LogLine, plugin_name};
 use crate::registration::Registration;
 
@@ -30,6 +31,8 @@ pub enum PluginState {
 
 /// How recent log lines a status keeps.
 pub(super) const STATUS_LOG_LINES: usize = 256;
+/// How many dry-run writes a status keeps.
+pub(super) const STATUS_INTENTS: usize = 32;
 
 /// What one plugin is doing and has done.
 #[derive(Debug, Clone, Serialize)]
@@ -82,6 +85,14 @@ pub struct PluginStatus {
     pub rollbacks: u64,
     /// The last error of a running version, if any.
     pub last_error: Option<String>,
+    /// Writes done (in dry-run mode: validated by the server).
+    pub writes: u64,
+    /// Writes refused or failed, throttled ones aside.
+    pub write_errors: u64,
+    /// Writes refused for the plugin's write rate (or the server's).
+    pub throttled: u64,
+    /// The last dry-run writes, oldest first: what the plugin would have done.
+    pub intents: VecDeque<WriteRecord>,
     /// The plugin's most recent log lines, across restarts, oldest first.
     #[serde(skip)]
     pub recent_logs: VecDeque<LogLine>,
@@ -111,7 +122,26 @@ impl PluginStatus {
             reloads: 0,
             rollbacks: 0,
             last_error: None,
+            writes: 0,
+            write_errors: 0,
+            throttled: 0,
+            intents: VecDeque::new(),
             recent_logs: VecDeque::new(),
+        }
+    }
+
+    /// Counts a write, and keeps it among the intents when it was a dry run.
+    pub(super) fn record_write(&mut self, record: &WriteRecord) {
+        match record.outcome {
+            "ok" => self.writes += 1,
+            "throttled" => self.throttled += 1,
+            _ => self.write_errors += 1,
+        }
+        if record.dry_run {
+            if self.intents.len() == STATUS_INTENTS {
+                self.intents.pop_front();
+            }
+            self.intents.push_back(record.clone());
         }
     }
 }
@@ -196,5 +226,46 @@ mod tests {
         assert_eq!(json["version"], "1.2.0");
         assert_eq!(json["deltas"], 7);
         assert!(json.get("recentLogs").is_none());
+    }
+
+    fn record(outcome: &'static str, dry_run: bool, key: &str) -> WriteRecord {
+        WriteRecord {
+            verb: "patch",
+            resource: "apps/v1/Deployment/scale".into(),
+            key: key.into(),
+            outcome,
+            message: (outcome != "ok").then(|| "why".to_owned()),
+            dry_run,
+            body: Some(r#"{"spec":{"replicas":3}}"#.into()),
+        }
+    }
+
+    #[test]
+    fn writes_are_counted_and_the_last_dry_runs_kept_as_intents() {
+        let mut status = PluginStatus::new(Path::new("/plugins/scaler.wasm"));
+        for outcome in ["ok", "ok", "throttled", "denied", "conflict"] {
+            status.record_write(&record(outcome, false, "a/web"));
+        }
+        assert_eq!((status.writes, status.throttled, status.write_errors), (2, 1, 2));
+        assert!(status.intents.is_empty());
+        for i in 0..STATUS_INTENTS + 3 {
+            status.record_write(&record("ok", true, &format!("a/web-{i}")));
+        }
+        assert_eq!(status.intents.len(), STATUS_INTENTS);
+        assert_eq!(status.intents[0].key, "a/web-3");
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["writes"], 2 + STATUS_INTENTS as u64 + 3);
+        assert_eq!(json["writeErrors"], 2);
+        assert_eq!(
+            json["intents"][0],
+            serde_json::json!({
+                "verb": "patch",
+                "resource": "apps/v1/Deployment/scale",
+                "key": "a/web-3",
+                "outcome": "ok",
+                "dryRun": true,
+                "body": "{\"spec\":{\"replicas\":3}}",
+            })
+        );
     }
 }

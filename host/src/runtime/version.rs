@@ -3,10 +3,13 @@
 //! deltas; and the listener queues a version reads them from.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Error;
+use super::status::{SharedStatus, update};
 use crate::caches::Caches;
+use crate::cluster::{Cluster, WriteObserver, WriteRecord};
 use crate::delta::Delta;
 use crate::grant::{Refusal, Scope};
 use crate::indexer::Indexer;
@@ -41,6 +44,10 @@ pub(super) struct Context<'a> {
     /// The namespace every informer is confined to, when the host is.
     pub(super) namespace: Option<&'a str>,
     pub(super) log_sink: LogSink,
+    /// Where the plugin's writes go.
+    pub(super) cluster: &'a Cluster,
+    /// The plugin's status, which counts its writes.
+    pub(super) status: &'a SharedStatus,
 }
 
 impl Version {
@@ -55,9 +62,16 @@ impl Version {
     ) -> Result<Self, Error> {
         let grant = manifest.grant.clone().within(context.scope);
         let caches = Caches::new();
+        let status = Arc::clone(context.status);
+        let observer: WriteObserver =
+            Arc::new(move |record: &WriteRecord| update(&status, |status| status.record_write(record)));
+        let writer = context
+            .cluster
+            .writer(name, grant.clone(), &manifest.limits, manifest.mode, Some(observer));
         let options = PluginOptions::with_limits(manifest.limits)
             .grant(grant.clone())
-            .log_sink(context.log_sink);
+            .log_sink(context.log_sink)
+            .writer(writer);
         let (starting, config, instance_options) = (component.clone(), manifest.config.clone(), options.clone());
         let instance_caches = caches.clone();
         let (instance, registration) = blocking(move || {

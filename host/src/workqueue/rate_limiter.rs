@@ -128,11 +128,12 @@ impl<K: Clone + Eq + Hash> RateLimiter<K> {
     }
 }
 
-/// A token bucket in the manner of Go's `rate.Limiter.Reserve`: it starts full,
-/// refills at `qps`, and a reservation on an empty bucket takes a token on
-/// credit and waits until that token has been refilled.
+/// A token bucket in the manner of Go's `rate.Limiter`: it starts full and
+/// refills at `qps`. A reservation on an empty bucket takes a token on credit
+/// and waits until that token has been refilled (`Reserve`); `try_take` takes
+/// one only if it is there (`Allow`).
 #[derive(Debug)]
-struct TokenBucket {
+pub(crate) struct TokenBucket {
     /// `None` when there is no overall limit.
     qps: Option<f64>,
     burst: f64,
@@ -143,7 +144,7 @@ struct TokenBucket {
 }
 
 impl TokenBucket {
-    fn new(qps: f64, burst: u32) -> Self {
+    pub(crate) fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         Self {
             qps: (qps.is_finite() && qps > 0.0).then_some(qps),
@@ -158,17 +159,47 @@ impl TokenBucket {
         let Some(qps) = self.qps else {
             return Duration::ZERO;
         };
-        if let Some(updated) = self.updated {
-            let refill = now.saturating_duration_since(updated).as_secs_f64() * qps;
-            self.tokens = (self.tokens + refill).min(self.burst);
-        }
-        self.updated = Some(self.updated.map_or(now, |updated| updated.max(now)));
+        self.refill(now, qps);
         self.tokens -= 1.0;
         if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
             Duration::try_from_secs_f64(-self.tokens / qps).unwrap_or(Duration::MAX)
         }
+    }
+
+    /// Takes a token at `now` if one is there: true when taken.
+    pub(crate) fn try_take(&mut self, now: Instant) -> bool {
+        let Some(qps) = self.qps else {
+            return true;
+        };
+        self.refill(now, qps);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// True when the bucket at `now` would be full: it is then the same as a
+    /// new one.
+    pub(crate) fn is_full(&self, now: Instant) -> bool {
+        self.qps.is_none_or(|qps| {
+            let rested = self
+                .updated
+                .map_or(0.0, |updated| now.saturating_duration_since(updated).as_secs_f64());
+            self.tokens + rested * qps >= self.burst
+        })
+    }
+
+    /// Adds what was refilled since the last update, up to the burst.
+    fn refill(&mut self, now: Instant, qps: f64) {
+        if let Some(updated) = self.updated {
+            let refill = now.saturating_duration_since(updated).as_secs_f64() * qps;
+            self.tokens = (self.tokens + refill).min(self.burst);
+        }
+        self.updated = Some(self.updated.map_or(now, |updated| updated.max(now)));
     }
 }
 
@@ -237,6 +268,19 @@ mod tests {
         // Never more than the burst, however long it rested.
         let much_later = later + Duration::from_secs(3600);
         assert_eq!((0..200).filter(|_| bucket.reserve(much_later).is_zero()).count(), 100);
+    }
+
+    #[test]
+    fn taking_from_the_bucket_never_goes_into_credit() {
+        let mut bucket = TokenBucket::new(2.0, 3);
+        let start = Instant::now();
+        assert_eq!((0..10).filter(|_| bucket.try_take(start)).count(), 3);
+        assert!(!bucket.is_full(start));
+        // Refused takes cost nothing: half a second later one token is back.
+        let later = start + Duration::from_millis(500);
+        assert!(bucket.try_take(later));
+        assert!(!bucket.try_take(later));
+        assert!(bucket.is_full(later + Duration::from_secs(2)));
     }
 
     #[test]
