@@ -95,6 +95,14 @@ async fn hostile_plugins_are_contained_and_a_neighbour_misses_nothing() {
     );
     install(
         d,
+        "sleep",
+        "hostile.wasm",
+        Some(&format!(
+            "config = \"sleep\"\n[limits]\ncall-timeout-ms = 100\n[failures]\n{fast_failures}"
+        )),
+    );
+    install(
+        d,
         "bomb",
         "hostile.wasm",
         Some(&format!(
@@ -138,7 +146,7 @@ async fn hostile_plugins_are_contained_and_a_neighbour_misses_nothing() {
         .unwrap();
     until("the failing plugins to be quarantined", Duration::from_secs(30), || {
         let statuses = runtime.status();
-        ["loop", "bomb", "trap"]
+        ["loop", "sleep", "bomb", "trap"]
             .iter()
             .all(|name| status(&statuses, name).state == PluginState::Quarantined)
     })
@@ -154,7 +162,13 @@ async fn hostile_plugins_are_contained_and_a_neighbour_misses_nothing() {
     assert_eq!((neighbour.traps, neighbour.restarts), (0, 0), "{neighbour:#?}");
 
     // Deadline overruns, memory exhaustion and traps: restarted, then quarantined.
-    for (name, cause) in [("loop", "interrupt"), ("bomb", "memory"), ("trap", "unreachable")] {
+    // A sleep (a blocking WASI call) is bounded by the deadline like a loop.
+    for (name, cause) in [
+        ("loop", "interrupt"),
+        ("sleep", "past the call's deadline"),
+        ("bomb", "memory"),
+        ("trap", "unreachable"),
+    ] {
         let status = status(&statuses, name);
         assert_eq!(status.state, PluginState::Quarantined, "{status:#?}");
         assert_eq!((status.traps, status.restarts), (3, 2), "{status:#?}");

@@ -7,23 +7,35 @@
 //! blocked in host calls since the last look extends the deadline by as much;
 //! with nothing to give back, the call is interrupted.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// The time a call spent blocked in host functions and not yet given back.
+/// The time a call spent blocked in host functions and not yet given back,
+/// and when the call's time runs out.
 #[derive(Debug, Default)]
 pub(crate) struct DeadlineCredit {
     waited: Duration,
+    ends: Option<Instant>,
 }
 
 impl DeadlineCredit {
-    /// Starts a call: credit from earlier calls does not carry over.
-    pub(crate) fn start_call(&mut self) {
+    /// Starts a call of at most `timeout`: credit from earlier calls does not
+    /// carry over.
+    pub(crate) fn start_call(&mut self, timeout: Duration) {
         self.waited = Duration::ZERO;
+        self.ends = Instant::now().checked_add(timeout);
     }
 
     /// Adds time the call spent blocked in the host.
     pub(crate) fn waited(&mut self, blocked: Duration) {
         self.waited = self.waited.saturating_add(blocked);
+        self.ends = self.ends.and_then(|ends| ends.checked_add(blocked));
+    }
+
+    /// What is left of the call's time (the waits given back included): how
+    /// long a plugin may block in a WASI call before the call is over.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.ends
+            .map_or(Duration::ZERO, |ends| ends.saturating_duration_since(Instant::now()))
     }
 
     /// The ticks of `tick` to extend the deadline by, rounded up; 0 when the
@@ -55,10 +67,21 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_given_back_extends_the_time_left_for_blocking() {
+        let mut credit = DeadlineCredit::default();
+        assert_eq!(credit.remaining(), Duration::ZERO, "no call, no time");
+        credit.start_call(Duration::from_secs(1));
+        assert!(credit.remaining() <= Duration::from_secs(1));
+        assert!(credit.remaining() > Duration::from_millis(500));
+        credit.waited(Duration::from_secs(10));
+        assert!(credit.remaining() > Duration::from_secs(10));
+    }
+
+    #[test]
     fn a_new_call_starts_without_the_last_ones_credit() {
         let mut credit = DeadlineCredit::default();
         credit.waited(Duration::from_secs(5));
-        credit.start_call();
+        credit.start_call(Duration::from_secs(1));
         assert_eq!(credit.take_ticks(TICK), 0);
         credit.waited(Duration::MAX);
         credit.waited(Duration::MAX);

@@ -106,6 +106,7 @@ impl PluginEngine {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(Error::Engine)?;
+        super::wasi::bound_blocking(&mut linker).map_err(Error::Engine)?;
         bindings::Writer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
             .map_err(Error::Engine)?;
 

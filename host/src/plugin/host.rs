@@ -147,6 +147,13 @@ fn index_error(error: IndexError) -> cache::CacheError {
     }
 }
 
+impl HostState {
+    /// The store's resource table (WASI's streams and pollables).
+    pub(super) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+}
+
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {

@@ -218,7 +218,8 @@ impl PluginInstance {
             return Err(Error::Poisoned(self.name.clone()));
         }
         self.store.set_epoch_deadline(self.deadline_ticks);
-        self.store.data_mut().deadline.start_call();
+        let timeout = super::engine::EPOCH_TICK.saturating_mul(u32::try_from(self.deadline_ticks).unwrap_or(u32::MAX));
+        self.store.data_mut().deadline.start_call(timeout);
         match f(&self.plugin, &mut self.store) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(Error::Plugin {

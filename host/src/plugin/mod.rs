@@ -29,6 +29,7 @@ mod engine;
 mod host;
 mod instance;
 mod log;
+mod wasi;
 
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,7 @@
 //! Its config is `MODE` or `MODE:apiVersion/Kind` (pods by default):
 //!
 //! - `loop`: spins forever in every `handle` call.
+//! - `sleep`: sleeps for an hour in every `handle` call (a blocking WASI call).
 //! - `bomb`: allocates without bound in every `handle` call.
 //! - `trap-every-3rd`: panics (a trap) on every 3rd delta it receives.
 //! - `reject`: returns an error from every `handle` call.
@@ -56,6 +57,7 @@ impl Handler for Hostile {
         self.deltas += 1;
         match self.mode.as_str() {
             "loop" => spin(),
+            "sleep" => std::thread::sleep(std::time::Duration::from_secs(3600)),
             "bomb" => bomb(),
             "trap-every-3rd" if self.deltas.is_multiple_of(3) => panic!("trapping on delta {}", self.deltas),
             "reject" => return Err(Error::msg(format!("rejecting {}", delta.key()))),
