@@ -190,7 +190,7 @@ async fn bad_files_are_rejected_while_the_running_version_keeps_serving() {
         (
             "wrong world",
             wat::parse_bytes(world).unwrap().into_owned(),
-            "does not implement kinformer:plugin",
+            "implements neither kinformer:plugin/plugin@0.1.0",
         ),
     ];
     for (case, bytes, cause) in cases {
