@@ -4,7 +4,9 @@
 //! for `wasm32-wasip2`. The kinformer host calls [`Handler::init`] once with the
 //! config string from the plugin's manifest, then [`Handler::handle`] with every
 //! delta of the resources the plugin subscribed to. While handling, a plugin reads
-//! the host's indexed cache through [`cache`] and logs through [`info!`] and friends.
+//! the host's indexed cache through [`cache`], writes to the cluster through
+//! [`cluster`] (as far as the operator's grant allows) and logs through
+//! [`info!`] and friends.
 //!
 //! # Examples
 //!
@@ -42,6 +44,7 @@
 
 pub mod cache;
 pub mod controller;
+pub mod cluster;
 mod delta;
 mod error;
 pub mod log;
@@ -67,6 +70,8 @@ pub mod bindings {
     )]
     wit_bindgen::generate!({
         path: "../wit",
+        // `plugin` with `cluster` imported; a plugin that never writes imports
+        // only `cache` and `log`, as unused imports are left out of the component.
         world: "writer",
         pub_export_macro: true,
         export_macro_name: "export_plugin_world",
