@@ -196,7 +196,7 @@ async fn without_its_write_grant_the_controller_is_denied_and_changes_nothing() 
             && status
                 .last_error
                 .as_deref()
-                .is_some_and(|error| error.contains("Denied"))
+                .is_some_and(|error| error.contains("(denied)"))
     })
     .await;
     assert_eq!(replicas(&server), before, "the deployment changed");

@@ -28,7 +28,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use kinformer_sdk::bindings::kinformer::plugin::cluster::{self, EventType, ObjectRef, PatchType};
+use kinformer_sdk::cluster::{self, EventType, ObjectRef, PatchType, WriteError};
 use kinformer_sdk::controller::{Action, Controller, ControllerRegistration, Request};
 use kinformer_sdk::k8s::api::apps::v1::Deployment;
 use kinformer_sdk::k8s::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
@@ -103,24 +103,19 @@ impl Controller for HpaController {
         let desired = stabilize(history, now, window, recommended, measured.current);
         let rescaled = desired != measured.current;
         if rescaled {
-            let scale = ObjectRef {
-                gvk: wit_gvk(&Gvk::of::<Deployment>()),
-                namespace: request.namespace.clone(),
-                name: measured.deployment.clone(),
-                subresource: Some("scale".into()),
-            };
-            let patch = json!({"spec": {"replicas": desired}}).to_string();
+            let scale = ObjectRef::new(
+                &Gvk::of::<Deployment>(),
+                request.namespace.as_deref(),
+                measured.deployment.clone(),
+            )
+            .subresource("scale");
+            let patch = json!({"spec": {"replicas": desired}});
             cluster::patch(&scale, PatchType::Merge, &patch).map_err(write_error)?;
             let reason = if desired > measured.current { "above" } else { "below" };
             let note = format!(
                 "New size: {desired}; reason: cpu resource utilization (percentage of request) {reason} target"
             );
-            let regarding = ObjectRef {
-                gvk: wit_gvk(&hpas),
-                namespace: request.namespace.clone(),
-                name: request.name.clone(),
-                subresource: None,
-            };
+            let regarding = ObjectRef::from_key(&hpas, &request.key);
             // An Event is a courtesy: a throttled or refused one does not fail the rescale.
             if let Err(error) =
                 cluster::record_event(&regarding, EventType::Normal, "SuccessfulRescale", "Scale", &note)
@@ -137,13 +132,8 @@ impl Controller for HpaController {
                 measured.current
             );
         }
-        let status = ObjectRef {
-            gvk: wit_gvk(&hpas),
-            namespace: request.namespace.clone(),
-            name: request.name.clone(),
-            subresource: Some("status".into()),
-        };
-        let patch = status_patch(&hpa, &measured, desired, rescaled).to_string();
+        let status = ObjectRef::from_key(&hpas, &request.key).subresource("status");
+        let patch = status_patch(&hpa, &measured, desired, rescaled);
         cluster::patch(&status, PatchType::Merge, &patch).map_err(write_error)?;
         Ok(Action::done())
     }
@@ -340,16 +330,8 @@ fn now_rfc3339() -> String {
         .to_string()
 }
 
-fn wit_gvk(gvk: &Gvk) -> kinformer_sdk::bindings::kinformer::plugin::types::GroupVersionKind {
-    kinformer_sdk::bindings::kinformer::plugin::types::GroupVersionKind {
-        group: gvk.group.clone(),
-        version: gvk.version.clone(),
-        kind: gvk.kind.clone(),
-    }
-}
-
-fn write_error(error: cluster::WriteError) -> Error {
-    Error::msg(format!("write failed: {error:?}"))
+fn write_error(error: WriteError) -> Error {
+    Error::msg(format!("write failed: {} ({})", error.message(), error.kind()))
 }
 
 fn cpu_utilization_target(metrics: &[MetricSpec]) -> Option<i32> {
