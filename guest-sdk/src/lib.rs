@@ -43,8 +43,8 @@
 //! ```
 
 pub mod cache;
-pub mod controller;
 pub mod cluster;
+pub mod controller;
 mod delta;
 mod error;
 pub mod log;
