@@ -7,6 +7,10 @@
 //! a worker. A plugin that fails to load is reported and left out; the others
 //! run.
 //!
+//! Each plugin gets a writer for its `cluster` imports ([`crate::cluster`]),
+//! bound to its manifest's write grant, write limits and mode; one connection
+//! and one discovery cache serve every plugin's writer.
+//!
 //! The worker owns the plugin's wasmtime `Store`. It waits until every cache the
 //! plugin registered for has synced, then takes batches from the plugin's
 //! handler queues and calls `handle`: one delta when the plugin keeps up, up to
