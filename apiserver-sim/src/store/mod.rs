@@ -6,28 +6,40 @@
 //! through the `status` subresource, and lists or watches from a resourceVersion
 //! older than the compaction window answered with 410 Gone.
 //!
-//! The verbs are in `write`, list queries in `list` (with `filter` for selectors
-//! and `continue_token` for paging), CustomResourceDefinitions in `crd`, and
-//! server-set names, uids and timestamps in `meta`.
+//! Writes take [`WriteOptions`] (dry run, field manager, force) through a
+//! [`Transaction`], which also lets a controller read and write in one step that
+//! no other writer interleaves with; the plain [`Store`] verbs are writes with
+//! default options.
+//!
+//! The verbs are in `write` and `delete`, list queries in `list` (with `filter` for selectors
+//! and `continue_token` for paging), field ownership and server-side apply in
+//! `managed_fields`, the `scale` subresource in `scale`, CustomResourceDefinitions
+//! in `crd`, server-set names, uids and timestamps in `meta`, and paths to fields
+//! in `field_path`.
 
 mod continue_token;
 mod crd;
+mod delete;
+mod field_path;
 mod filter;
 mod list;
+mod managed_fields;
 mod meta;
+mod scale;
 mod write;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
+pub use delete::Preconditions;
 pub use filter::Filter;
 pub use list::{ListOptions, ListPage};
 pub use meta::now_rfc3339;
-pub use write::{PatchType, Preconditions};
+pub use write::{PatchType, WriteOptions};
 
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
@@ -50,6 +62,9 @@ pub struct StoredObject {
     pub value: Value,
     /// The object serialized as JSON, as list and watch responses carry it.
     pub json: Bytes,
+    /// The uid of the owner that controls it (the `ownerReferences` entry with
+    /// `controller: true`), as the store indexes it.
+    pub controller_uid: Option<String>,
 }
 
 impl StoredObject {
@@ -66,6 +81,11 @@ impl StoredObject {
                     .collect()
             })
             .unwrap_or_default();
+        let controller_uid = metadata["ownerReferences"]
+            .as_array()
+            .and_then(|owners| owners.iter().find(|owner| owner["controller"].as_bool() == Some(true)))
+            .and_then(|owner| owner["uid"].as_str())
+            .map(str::to_owned);
         let json = Bytes::from(serde_json::to_vec(&value).expect("a JSON value serializes"));
         Self {
             key: object_key(namespace.as_deref(), &name),
@@ -75,6 +95,7 @@ impl StoredObject {
             resource_version,
             value,
             json,
+            controller_uid,
         }
     }
 }
@@ -153,6 +174,8 @@ impl ResourceId {
 struct Collection {
     def: Arc<ResourceDef>,
     objects: BTreeMap<String, Arc<StoredObject>>,
+    /// The keys of the objects each owner uid controls.
+    controlled: HashMap<String, BTreeSet<String>>,
     log: VecDeque<Arc<Event>>,
     /// Events at or below this resourceVersion are gone from the log.
     compacted: u64,
@@ -163,6 +186,7 @@ impl Collection {
         Self {
             def: Arc::new(def),
             objects: BTreeMap::new(),
+            controlled: HashMap::new(),
             log: VecDeque::new(),
             compacted,
         }
@@ -179,6 +203,13 @@ struct State {
 pub struct Store {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
+    feeds: Mutex<Vec<Feed>>,
+}
+
+/// A follower of every change of some resources; see [`Store::feed`].
+struct Feed {
+    ids: Vec<ResourceId>,
+    events: mpsc::UnboundedSender<Arc<Event>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -203,6 +234,7 @@ impl Store {
                 window: window.max(1),
             }),
             changed,
+            feeds: Mutex::new(Vec::new()),
         }
     }
 
@@ -214,6 +246,18 @@ impl Store {
     #[must_use]
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// Every change of the `ids` resources from now on, for the emulation's own
+    /// controllers. Unlike the event log that watches read, a feed is never
+    /// compacted: what a controller has not handled yet waits for it.
+    pub(crate) fn feed(&self, ids: Vec<ResourceId>) -> mpsc::UnboundedReceiver<Arc<Event>> {
+        let (events, receiver) = mpsc::unbounded_channel();
+        self.feeds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Feed { ids, events });
+        receiver
     }
 
     /// The current cluster-wide resourceVersion.
@@ -294,37 +338,165 @@ impl Store {
         self.lock().collections.get(id).map_or(0, |c| c.objects.len())
     }
 
+    /// Locks the store for a sequence of reads and writes that no other writer
+    /// interleaves with, as one step of a controller needs. Writes follow `options`.
+    ///
+    /// Each write takes effect when it is made: a later failure rolls nothing back.
+    /// Hold the transaction briefly; every other request waits for it.
+    #[must_use]
+    pub fn transaction(&self, options: WriteOptions) -> Transaction<'_> {
+        Transaction {
+            store: self,
+            state: self.lock(),
+            options,
+        }
+    }
+}
+
+/// The store locked for reads and writes that no other writer interleaves with;
+/// see [`Store::transaction`]. The lock is released when it is dropped.
+pub struct Transaction<'a> {
+    store: &'a Store,
+    state: MutexGuard<'a, State>,
+    options: WriteOptions,
+}
+
+impl std::fmt::Debug for Transaction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transaction<'_> {
+    /// The options its writes follow.
+    #[must_use]
+    pub fn options(&self) -> &WriteOptions {
+        &self.options
+    }
+
+    /// The object, if it exists.
+    ///
+    /// # Errors
+    ///
+    /// 404 when the resource or object does not exist.
+    pub fn get(&self, id: &ResourceId, namespace: Option<&str>, name: &str) -> Result<Arc<StoredObject>> {
+        let (_, object) = existing(&self.state, id, namespace, name)?;
+        Ok(object)
+    }
+
+    /// The objects `filter` selects, ordered by key.
+    ///
+    /// # Errors
+    ///
+    /// 404 when the resource does not exist.
+    pub fn select(&self, id: &ResourceId, filter: &Filter) -> Result<Vec<Arc<StoredObject>>> {
+        let collection = collection(&self.state, id)?;
+        let objects = match filter.namespace.as_deref() {
+            // Keys start with the namespace: read only its range.
+            Some(namespace) => {
+                let start = format!("{namespace}/");
+                collection
+                    .objects
+                    .range(start.clone()..)
+                    .take_while(|(key, _)| key.starts_with(&start))
+                    .map(|(_, object)| object)
+                    .filter(|object| filter.matches(object))
+                    .cloned()
+                    .collect()
+            }
+            None => collection
+                .objects
+                .values()
+                .filter(|object| filter.matches(object))
+                .cloned()
+                .collect(),
+        };
+        Ok(objects)
+    }
+
+    /// The objects the owner with this uid controls, ordered by key.
+    ///
+    /// # Errors
+    ///
+    /// 404 when the resource does not exist.
+    pub fn controlled_by(&self, id: &ResourceId, owner_uid: &str) -> Result<Vec<Arc<StoredObject>>> {
+        let collection = collection(&self.state, id)?;
+        Ok(collection
+            .controlled
+            .get(owner_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| collection.objects.get(key).cloned())
+            .collect())
+    }
+
     /// Writes a change: a new resourceVersion, the stored object, the logged event.
+    ///
+    /// A dry run stores and logs nothing: it answers the object as it would be,
+    /// at the resourceVersion it has (none, for a creation), as the API server does.
     fn commit(
-        &self,
-        state: &mut State,
+        &mut self,
         id: &ResourceId,
         event_type: EventType,
         mut value: Value,
         previous: Option<Arc<StoredObject>>,
     ) -> Arc<StoredObject> {
+        if self.options.dry_run {
+            let rv = previous.as_ref().map_or(0, |previous| previous.resource_version);
+            match &previous {
+                Some(previous) => value["metadata"]["resourceVersion"] = json!(previous.resource_version.to_string()),
+                None => {
+                    if let Some(metadata) = value["metadata"].as_object_mut() {
+                        metadata.remove("resourceVersion");
+                    }
+                }
+            }
+            return Arc::new(StoredObject::new(value, rv));
+        }
+        let state = &mut *self.state;
         state.resource_version += 1;
         let rv = state.resource_version;
         let window = state.window;
         value["metadata"]["resourceVersion"] = json!(rv.to_string());
         let object = Arc::new(StoredObject::new(value, rv));
         let collection = state.collections.get_mut(id).expect("the caller checked the resource");
+        if let Some(owner) = previous.as_ref().and_then(|previous| previous.controller_uid.as_ref())
+            && let Some(keys) = collection.controlled.get_mut(owner)
+        {
+            keys.remove(&object.key);
+            if keys.is_empty() {
+                collection.controlled.remove(owner);
+            }
+        }
         if event_type == EventType::Deleted {
             collection.objects.remove(&object.key);
         } else {
+            if let Some(owner) = &object.controller_uid {
+                collection
+                    .controlled
+                    .entry(owner.clone())
+                    .or_default()
+                    .insert(object.key.clone());
+            }
             collection.objects.insert(object.key.clone(), Arc::clone(&object));
         }
-        collection.log.push_back(Arc::new(Event {
+        let event = Arc::new(Event {
             resource_version: rv,
             event_type,
             object: Arc::clone(&object),
             previous,
-        }));
+        });
+        collection.log.push_back(Arc::clone(&event));
         while collection.log.len() > window {
             let dropped = collection.log.pop_front().expect("the log is not empty");
             collection.compacted = dropped.resource_version;
         }
-        self.changed.send_replace(rv);
+        let mut feeds = self.store.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        feeds.retain(|feed| !feed.ids.contains(id) || feed.events.send(Arc::clone(&event)).is_ok());
+        drop(feeds);
+        self.store.changed.send_replace(rv);
         object
     }
 }
