@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use apiserver_sim::workload::Workload;
+use apiserver_sim::workload::{Load, Workload};
 use apiserver_sim::{ApiServer, SimConfig};
 
 use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
@@ -58,13 +58,19 @@ pub struct DemoConfig {
 impl DemoConfig {
     /// A demo of the plugins in `plugins`, writing its kubeconfig to `kubeconfig`,
     /// with a small workload of 2 namespaces of 2 deployments of 3 pods changing
-    /// 10 times a second.
+    /// 10 times a second, each deployment's load rising and falling over two
+    /// minutes.
     #[must_use]
     pub fn new(plugins: impl Into<PathBuf>, kubeconfig: impl Into<PathBuf>) -> Self {
         Self {
             runtime: RuntimeConfig::new(plugins),
             kubeconfig: kubeconfig.into(),
-            workload: Workload::default().size(2, 2, 3).changes_per_second(10.0),
+            workload: Workload::default()
+                .size(2, 2, 3)
+                .changes_per_second(10.0)
+                .load(Load::Phases {
+                    period: Duration::from_secs(120),
+                }),
             duration: None,
             status_addr: None,
         }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use apiserver_sim::workload::Workload;
+use apiserver_sim::workload::{Load, Workload};
 use apiserver_sim::{ApiServer, SimConfig};
 use clap::{Parser, Subcommand};
 use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
@@ -144,6 +144,10 @@ struct WorkloadArgs {
     /// Changes per second.
     #[arg(long, default_value_t = 10.0)]
     rate: f64,
+    /// Each deployment's CPU load rises and falls over this many seconds, so
+    /// hpa-controller scales it up and down; 0 draws pod usage at random.
+    #[arg(long, default_value_t = 120)]
+    load_period: u64,
 }
 
 impl WorkloadArgs {
@@ -152,6 +156,12 @@ impl WorkloadArgs {
             .seed(self.seed)
             .size(self.namespaces, self.deployments, self.pods)
             .changes_per_second(self.rate)
+            .load(match self.load_period {
+                0 => Load::Random,
+                seconds => Load::Phases {
+                    period: Duration::from_secs(seconds),
+                },
+            })
     }
 }
 

@@ -132,9 +132,13 @@ impl Controller for HpaController {
                 measured.current
             );
         }
-        let status = ObjectRef::from_key(&hpas, &request.key).subresource("status");
-        let patch = status_patch(&hpa, &measured, desired, rescaled);
-        cluster::patch(&status, PatchType::Merge, &patch).map_err(write_error)?;
+        // A status write is itself a change of the HPA, which reconciles it
+        // again: write only what differs, or the two would chase each other.
+        if rescaled || !status_current(&hpa, &measured, desired) {
+            let status = ObjectRef::from_key(&hpas, &request.key).subresource("status");
+            let patch = status_patch(&hpa, &measured, desired, rescaled);
+            cluster::patch(&status, PatchType::Merge, &patch).map_err(write_error)?;
+        }
         Ok(Action::done())
     }
 }
@@ -287,6 +291,20 @@ fn scale_down_window(hpa: &HorizontalPodAutoscaler) -> Duration {
         .map_or(DEFAULT_STABILIZATION, |seconds| {
             Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
         })
+}
+
+/// True when the HPA's status already says what this reconcile found.
+fn status_current(hpa: &HorizontalPodAutoscaler, measured: &Measured, desired: i32) -> bool {
+    let Some(status) = &hpa.status else { return false };
+    let utilization = status
+        .current_metrics
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find_map(|metric| metric.resource.as_ref()?.current.average_utilization);
+    status.current_replicas == Some(measured.current)
+        && status.desired_replicas == desired
+        && utilization.map(i64::from) == Some(measured.utilization)
 }
 
 /// The HPA status after this reconcile, as a merge patch.
@@ -463,6 +481,23 @@ mod tests {
     #[test]
     fn without_ready_pods_with_metrics_there_is_nothing_to_do() {
         assert!(measure_pods("web", 2, 50, &[pod(false, None)]).is_err());
+    }
+
+    #[test]
+    fn a_status_that_already_says_what_was_found_is_not_written_again() {
+        let pods = vec![pod(true, Some(100)); 3];
+        let measured = measure_pods("web", 3, 50, &pods).expect("measurable");
+        let mut hpa = hpa(1, 10);
+        assert!(!status_current(&hpa, &measured, 6), "no status yet");
+        hpa.status = Some(
+            serde_json::from_value(json!({
+                "currentReplicas": 3, "desiredReplicas": 6,
+                "currentMetrics": [{"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 100}}}]
+            }))
+            .expect("a valid status"),
+        );
+        assert!(status_current(&hpa, &measured, 6));
+        assert!(!status_current(&hpa, &measured, 5), "another desired count");
     }
 
     #[test]
