@@ -2,14 +2,36 @@
 //!
 //! [`ApiServer::start`] serves the Kubernetes REST API over real HTTP on a loopback
 //! port: discovery, get/list/watch/create/update/patch/delete/deletecollection,
-//! the `status` subresource, label and field selectors, paging with continue
-//! tokens, a cluster-wide `resourceVersion` with a compaction window (older
-//! versions answer 410 Gone), watch bookmarks and streaming lists
-//! (`sendInitialEvents`). kube-rs clients and `kubectl` talk to it as to a cluster.
+//! the `status` and `scale` subresources, server-side apply, `dryRun=All`,
+//! label and field selectors, paging with continue tokens, a cluster-wide
+//! `resourceVersion` with a compaction window (older versions answer 410 Gone),
+//! watch bookmarks and streaming lists (`sendInitialEvents`). kube-rs clients and
+//! `kubectl` talk to it as to a cluster.
 //!
 //! [`Faults`] injects what real clusters do to clients: dropped watches, 410s,
 //! 429/500 answers, hung watches and latency. [`workload::Workload`] generates a
 //! seeded synthetic cluster workload.
+//!
+//! # Writes as a real server takes them
+//!
+//! - The `scale` subresource of `apps/v1` Deployments, ReplicaSets and
+//!   StatefulSets (and of CRDs that declare one) reads and writes an
+//!   `autoscaling/v1` `Scale`, through to the object's `spec.replicas`.
+//! - Server-side apply (`application/apply-patch+yaml`, with the JSON that
+//!   kube-rs and kubectl send) needs a `fieldManager` (422 without), creates a
+//!   missing object, and records the applied fields in `metadata.managedFields`
+//!   as an `Apply` entry. Changing a field another manager owns is a 409
+//!   conflict unless `force=true`; a field the manager stops applying is removed.
+//!   Lists are atomic and the configuration is merged as a merge patch; a real
+//!   server merges keyed lists such as `containers` item by item.
+//! - Any other write with a `fieldManager` is recorded as an `Update` entry owning
+//!   the fields it changed; without one, ownership stays as it was.
+//! - `dryRun=All` on a create, update, patch, apply, delete or subresource write
+//!   is checked exactly as the write and answered with the object as it would be;
+//!   nothing is stored, no resourceVersion is used, no watch sees it. Any other
+//!   `dryRun` value is 422, as the API server's options validation answers.
+//! - Events are served as `v1` and as `events.k8s.io/v1`; a real server keeps one
+//!   storage behind both APIs, here they are two resources.
 //!
 //! # Examples
 //!
@@ -262,7 +284,8 @@ impl ApiServer {
     }
 
     /// The object store, for writing the way the cluster itself does (workloads,
-    /// controllers) and for checking what it holds.
+    /// controllers; see [`store::Store::transaction`] for several steps no other
+    /// writer interleaves with) and for checking what it holds.
     #[must_use]
     pub fn store(&self) -> &Store {
         &self.shared.store

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{Collection, ResourceId, State};
-use crate::resources::ResourceDef;
+use crate::resources::{ResourceDef, ScalePaths};
 
 /// Marks a new CRD `Established`, as the apiextensions controller does.
 pub(super) fn establish(body: &mut Value) {
@@ -33,6 +33,16 @@ fn defs(crd: &Value) -> Vec<ResourceDef> {
             let mut def = ResourceDef::new(group, version["name"].as_str()?, kind, plural);
             def.namespaced = spec["scope"].as_str() != Some("Cluster");
             def.status_subresource = version["subresources"].get("status").is_some();
+            let scale = &version["subresources"]["scale"];
+            if let (Some(spec), Some(status)) =
+                (scale["specReplicasPath"].as_str(), scale["statusReplicasPath"].as_str())
+            {
+                def.scale_subresource = Some(ScalePaths {
+                    spec_replicas: spec.to_owned(),
+                    status_replicas: status.to_owned(),
+                    label_selector: scale["labelSelectorPath"].as_str().map(str::to_owned),
+                });
+            }
             if let Some(singular) = names["singular"].as_str() {
                 def.singular = singular.to_owned();
             }

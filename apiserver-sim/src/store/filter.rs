@@ -59,3 +59,59 @@ impl Filter {
             })
     }
 }
+
+/// The string form of a `LabelSelector` object (`matchLabels`, `matchExpressions`),
+/// as the API server writes it: requirements sorted by key, values sorted.
+#[must_use]
+pub(super) fn label_selector_string(selector: &Value) -> String {
+    let mut requirements: Vec<(String, String)> = Vec::new();
+    if let Some(labels) = selector["matchLabels"].as_object() {
+        for (key, value) in labels {
+            requirements.push((key.clone(), format!("{key}={}", value.as_str().unwrap_or_default())));
+        }
+    }
+    for expression in selector["matchExpressions"].as_array().into_iter().flatten() {
+        let key = expression["key"].as_str().unwrap_or_default();
+        let mut values: Vec<&str> = expression["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        values.sort_unstable();
+        let values = values.join(",");
+        let requirement = match expression["operator"].as_str().unwrap_or_default() {
+            "In" => format!("{key} in ({values})"),
+            "NotIn" => format!("{key} notin ({values})"),
+            "Exists" => key.to_owned(),
+            _ => format!("!{key}"),
+        };
+        requirements.push((key.to_owned(), requirement));
+    }
+    requirements.sort();
+    requirements
+        .into_iter()
+        .map(|(_, requirement)| requirement)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn label_selector_objects_print_sorted_by_key() {
+        let selector = json!({
+            "matchLabels": {"tier": "web", "app": "shop"},
+            "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "canary"]},
+                                 {"key": "legacy", "operator": "DoesNotExist"}]
+        });
+        let printed = label_selector_string(&selector);
+        assert_eq!(printed, "app=shop,env in (canary,prod),!legacy,tier=web");
+        assert!(Selector::parse(&printed).is_ok());
+        assert_eq!(label_selector_string(&json!({})), "");
+    }
+}

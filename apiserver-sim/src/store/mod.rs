@@ -6,15 +6,26 @@
 //! through the `status` subresource, and lists or watches from a resourceVersion
 //! older than the compaction window answered with 410 Gone.
 //!
-//! The verbs are in `write`, list queries in `list` (with `filter` for selectors
-//! and `continue_token` for paging), CustomResourceDefinitions in `crd`, and
-//! server-set names, uids and timestamps in `meta`.
+//! Writes take [`WriteOptions`] (dry run, field manager, force) through a
+//! [`Transaction`], which also lets a controller read and write in one step that
+//! no other writer interleaves with; the plain [`Store`] verbs are writes with
+//! default options.
+//!
+//! The verbs are in `write` and `delete`, list queries in `list` (with `filter`
+//! for selectors and `continue_token` for paging), field ownership and
+//! server-side apply in `managed_fields`, the `scale` subresource in `scale`,
+//! CustomResourceDefinitions in `crd`, server-set names, uids and timestamps in
+//! `meta`, and paths to fields in `field_path`.
 
 mod continue_token;
 mod crd;
+mod delete;
+mod field_path;
 mod filter;
 mod list;
+mod managed_fields;
 mod meta;
+mod scale;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -24,10 +35,11 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+pub use delete::Preconditions;
 pub use filter::Filter;
 pub use list::{ListOptions, ListPage};
 pub use meta::now_rfc3339;
-pub use write::{PatchType, Preconditions};
+pub use write::{PatchType, WriteOptions};
 
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
@@ -294,15 +306,108 @@ impl Store {
         self.lock().collections.get(id).map_or(0, |c| c.objects.len())
     }
 
+    /// Locks the store for a sequence of reads and writes that no other writer
+    /// interleaves with, as one step of a controller needs. Writes follow `options`.
+    ///
+    /// Each write takes effect when it is made: a later failure rolls nothing back.
+    /// Hold the transaction briefly; every other request waits for it.
+    #[must_use]
+    pub fn transaction(&self, options: WriteOptions) -> Transaction<'_> {
+        Transaction {
+            store: self,
+            state: self.lock(),
+            options,
+        }
+    }
+}
+
+/// The store locked for reads and writes that no other writer interleaves with;
+/// see [`Store::transaction`]. The lock is released when it is dropped.
+pub struct Transaction<'a> {
+    store: &'a Store,
+    state: MutexGuard<'a, State>,
+    options: WriteOptions,
+}
+
+impl std::fmt::Debug for Transaction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transaction<'_> {
+    /// The options its writes follow.
+    #[must_use]
+    pub fn options(&self) -> &WriteOptions {
+        &self.options
+    }
+
+    /// The object, if it exists.
+    ///
+    /// # Errors
+    ///
+    /// 404 when the resource or object does not exist.
+    pub fn get(&self, id: &ResourceId, namespace: Option<&str>, name: &str) -> Result<Arc<StoredObject>> {
+        let (_, object) = existing(&self.state, id, namespace, name)?;
+        Ok(object)
+    }
+
+    /// The objects `filter` selects, ordered by key.
+    ///
+    /// # Errors
+    ///
+    /// 404 when the resource does not exist.
+    pub fn select(&self, id: &ResourceId, filter: &Filter) -> Result<Vec<Arc<StoredObject>>> {
+        let collection = collection(&self.state, id)?;
+        let objects = match filter.namespace.as_deref() {
+            // Keys start with the namespace: read only its range.
+            Some(namespace) => {
+                let start = format!("{namespace}/");
+                collection
+                    .objects
+                    .range(start.clone()..)
+                    .take_while(|(key, _)| key.starts_with(&start))
+                    .map(|(_, object)| object)
+                    .filter(|object| filter.matches(object))
+                    .cloned()
+                    .collect()
+            }
+            None => collection
+                .objects
+                .values()
+                .filter(|object| filter.matches(object))
+                .cloned()
+                .collect(),
+        };
+        Ok(objects)
+    }
+
     /// Writes a change: a new resourceVersion, the stored object, the logged event.
+    ///
+    /// A dry run stores and logs nothing: it answers the object as it would be,
+    /// at the resourceVersion it has (none, for a creation), as the API server does.
     fn commit(
-        &self,
-        state: &mut State,
+        &mut self,
         id: &ResourceId,
         event_type: EventType,
         mut value: Value,
         previous: Option<Arc<StoredObject>>,
     ) -> Arc<StoredObject> {
+        if self.options.dry_run {
+            let rv = previous.as_ref().map_or(0, |previous| previous.resource_version);
+            match &previous {
+                Some(previous) => value["metadata"]["resourceVersion"] = json!(previous.resource_version.to_string()),
+                None => {
+                    if let Some(metadata) = value["metadata"].as_object_mut() {
+                        metadata.remove("resourceVersion");
+                    }
+                }
+            }
+            return Arc::new(StoredObject::new(value, rv));
+        }
+        let state = &mut *self.state;
         state.resource_version += 1;
         let rv = state.resource_version;
         let window = state.window;
@@ -324,7 +429,7 @@ impl Store {
             let dropped = collection.log.pop_front().expect("the log is not empty");
             collection.compacted = dropped.resource_version;
         }
-        self.changed.send_replace(rv);
+        self.store.changed.send_replace(rv);
         object
     }
 }

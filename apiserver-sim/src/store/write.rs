@@ -1,25 +1,23 @@
-//! The write verbs: create, update, patch and delete.
+//! The write verbs that make and change objects: create, update, patch and apply.
 //!
 //! They follow the API server's rules for server-set metadata, optimistic
-//! concurrency, generations, finalizers and the `status` subresource.
+//! concurrency, generations, finalizing a deleted object and the `status`
+//! subresource, and take
+//! [`WriteOptions`]: a dry run persists nothing, and a field manager is recorded
+//! in `metadata.managedFields` (see `managed_fields`, which also does
+//! server-side apply).
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
 use super::meta::{check_name, new_uid, now_rfc3339, random_suffix};
-use super::{EventType, Filter, ResourceId, State, Store, StoredObject, collection, crd, existing, lookup, object_key};
+use super::{
+    EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, existing, lookup, managed_fields,
+    object_key,
+};
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
-
-/// `DeleteOptions.preconditions`.
-#[derive(Debug, Clone, Default)]
-pub struct Preconditions {
-    /// The object must have this uid.
-    pub uid: Option<String>,
-    /// The object must be at this resourceVersion.
-    pub resource_version: Option<String>,
-}
 
 /// How a patch body is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +28,8 @@ pub enum PatchType {
     Merge,
     /// Strategic merge patch, applied as a merge patch.
     Strategic,
-    /// Server-side apply, applied as a merge patch that creates when missing.
+    /// Server-side apply: merged as a merge patch, creating the object when it
+    /// is missing, with the field ownership rules of `managed_fields`.
     Apply,
 }
 
@@ -51,6 +50,78 @@ impl PatchType {
     }
 }
 
+/// The options of a write, as its query parameters (and a delete's body) carry them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// `dryRun=All`: the write is checked and answered as it would be made, and
+    /// nothing is stored, logged or watched.
+    pub dry_run: bool,
+    /// `fieldManager`: who writes. An apply needs one; any other write with one
+    /// is recorded in `metadata.managedFields` as an `Update` of the fields it
+    /// changed.
+    pub field_manager: Option<String>,
+    /// `force`: an apply takes the fields it conflicts on from their managers.
+    pub force: bool,
+}
+
+impl WriteOptions {
+    /// Sets [`WriteOptions::dry_run`].
+    #[must_use]
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Sets [`WriteOptions::field_manager`].
+    #[must_use]
+    pub fn field_manager(mut self, manager: impl Into<String>) -> Self {
+        self.field_manager = Some(manager.into());
+        self
+    }
+
+    /// Sets [`WriteOptions::force`].
+    #[must_use]
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+}
+
+/// Which part of an object a write addresses: the object, or a subresource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    /// The object; its status stays as it is when the status subresource is served.
+    Main,
+    /// The `status` subresource: only the status changes.
+    Status,
+    /// The `scale` subresource: only the desired replicas change.
+    Scale,
+}
+
+impl Part {
+    /// The subresource's name, as `managedFields` entries record it.
+    pub(super) fn subresource(self) -> Option<&'static str> {
+        match self {
+            Self::Main => None,
+            Self::Status => Some("status"),
+            Self::Scale => Some("scale"),
+        }
+    }
+
+    fn of_status(status: bool) -> Self {
+        if status { Self::Status } else { Self::Main }
+    }
+}
+
+/// Who owns the fields of a written object.
+#[derive(Debug)]
+pub(super) enum Ownership {
+    /// The write's field manager, if it names one, takes the fields it changes.
+    Record,
+    /// Server-side apply worked the ownership out: these `managedFields`.
+    Applied(Option<Value>),
+}
+
 /// The keys, besides `metadata`, that do not count as a spec change.
 const NOT_SPEC: [&str; 4] = ["metadata", "status", "apiVersion", "kind"];
 
@@ -61,10 +132,67 @@ impl Store {
     ///
     /// 409 when it exists, 422 when invalid, 404 when its namespace does not
     /// exist, 400 when its kind or namespace contradicts the path.
-    pub fn create(&self, id: &ResourceId, namespace: Option<&str>, mut body: Value) -> Result<Arc<StoredObject>> {
-        let mut state = self.lock();
-        let def = Arc::clone(&collection(&state, id)?.def);
+    pub fn create(&self, id: &ResourceId, namespace: Option<&str>, body: Value) -> Result<Arc<StoredObject>> {
+        self.transaction(WriteOptions::default()).create(id, namespace, body)
+    }
+
+    /// Replaces an object (or, with `status`, only its status).
+    ///
+    /// # Errors
+    ///
+    /// 404 when it does not exist, 409 on a stale resourceVersion, 400 when the
+    /// body names another object.
+    pub fn update(
+        &self,
+        id: &ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        body: Value,
+        status: bool,
+    ) -> Result<Arc<StoredObject>> {
+        self.transaction(WriteOptions::default())
+            .update(id, namespace, name, body, status)
+    }
+
+    /// Applies a patch to an object (or, with `status`, to its status).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::update`], and 422 for a patch that does not apply.
+    pub fn patch(
+        &self,
+        id: &ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        patch: Value,
+        status: bool,
+    ) -> Result<Arc<StoredObject>> {
+        self.transaction(WriteOptions::default())
+            .patch(id, namespace, name, patch_type, patch, status)
+    }
+}
+
+impl Transaction<'_> {
+    /// Creates an object; see [`Store::create`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::create`].
+    pub fn create(&mut self, id: &ResourceId, namespace: Option<&str>, body: Value) -> Result<Arc<StoredObject>> {
+        self.create_as(id, namespace, body, Ownership::Record)
+    }
+
+    pub(super) fn create_as(
+        &mut self,
+        id: &ResourceId,
+        namespace: Option<&str>,
+        mut body: Value,
+        ownership: Ownership,
+    ) -> Result<Arc<StoredObject>> {
+        let def = Arc::clone(&collection(&self.state, id)?.def);
         check_type(&def, &body)?;
+        apply_defaults(&def, &mut body);
         let metadata = metadata_mut(&mut body, &def)?;
         let name = match metadata.get("name").and_then(Value::as_str) {
             Some(name) if !name.is_empty() => name.to_owned(),
@@ -81,9 +209,9 @@ impl Store {
             },
         };
         check_name(&def, &name)?;
-        let namespace = resolve_namespace(&state, &def, namespace, metadata)?;
+        let namespace = resolve_namespace(&self.state, &def, namespace, metadata)?;
         let key = object_key(namespace.as_deref(), &name);
-        if collection(&state, id)?.objects.contains_key(&key) {
+        if collection(&self.state, id)?.objects.contains_key(&key) {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
         metadata.insert("name".into(), json!(name));
@@ -103,38 +231,46 @@ impl Store {
         if def.kind == "CustomResourceDefinition" {
             crd::establish(&mut body);
         }
-        let object = self.commit(&mut state, id, EventType::Added, body, None);
-        if def.kind == "CustomResourceDefinition" {
-            crd::register(&mut state, &object.value);
+        match ownership {
+            Ownership::Record => {
+                if let Some(manager) = self.options.field_manager.clone() {
+                    managed_fields::record_update(&def, None, &mut body, &manager, Part::Main);
+                }
+            }
+            Ownership::Applied(fields) => set_managed_fields(&mut body, fields),
+        }
+        let object = self.commit(id, EventType::Added, body, None);
+        if def.kind == "CustomResourceDefinition" && !self.options.dry_run {
+            crd::register(&mut self.state, &object.value);
         }
         Ok(object)
     }
 
-    /// Replaces an object (or, with `status`, only its status).
+    /// Replaces an object or its status; see [`Store::update`].
     ///
     /// # Errors
     ///
-    /// 404 when it does not exist, 409 on a stale resourceVersion, 400 when the
-    /// body names another object.
+    /// As [`Store::update`].
     pub fn update(
-        &self,
+        &mut self,
         id: &ResourceId,
         namespace: Option<&str>,
         name: &str,
         body: Value,
         status: bool,
     ) -> Result<Arc<StoredObject>> {
-        let mut state = self.lock();
-        self.update_locked(&mut state, id, namespace, name, body, status)
+        self.write(id, namespace, name, body, Part::of_status(status), Ownership::Record)
     }
 
-    /// Applies a patch to an object (or, with `status`, to its status).
+    /// Patches an object or its status; see [`Store::patch`]. An apply patch
+    /// creates the object when it is missing, and needs a field manager.
     ///
     /// # Errors
     ///
-    /// As [`Store::update`], and 422 for a patch that does not apply.
+    /// As [`Store::patch`]; for an apply also 409 when it conflicts with another
+    /// manager's fields (unless forced), and 422 without a field manager.
     pub fn patch(
-        &self,
+        &mut self,
         id: &ResourceId,
         namespace: Option<&str>,
         name: &str,
@@ -142,51 +278,70 @@ impl Store {
         patch: Value,
         status: bool,
     ) -> Result<Arc<StoredObject>> {
-        let mut state = self.lock();
-        let (def, existing) = lookup(&state, id, namespace, name)?;
-        let Some(existing) = existing else {
-            if patch_type == PatchType::Apply && !status {
-                drop(state);
-                let mut body = patch;
-                if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-                    metadata.insert("name".into(), json!(name));
-                }
-                return self.create(id, namespace, body);
-            }
-            return Err(ApiError::not_found(&def.group, &def.plural, name));
-        };
-        let mut patched = existing.value.clone();
-        match patch_type {
-            PatchType::Json => {
-                let operations: json_patch::Patch = serde_json::from_value(patch)
-                    .map_err(|error| ApiError::bad_request(format!("invalid JSON patch: {error}")))?;
-                json_patch::patch(&mut patched, &operations)
-                    .map_err(|error| ApiError::invalid(&def.group, &def.plural, name, &error.to_string()))?;
-            }
-            PatchType::Merge | PatchType::Strategic | PatchType::Apply => {
-                if !patch.is_object() {
-                    return Err(ApiError::bad_request("a merge patch must be a JSON object"));
-                }
-                json_patch::merge(&mut patched, &patch);
-            }
+        let part = Part::of_status(status);
+        if patch_type == PatchType::Apply {
+            return self.apply(id, namespace, name, patch, part);
         }
-        self.update_locked(&mut state, id, namespace, name, patched, status)
+        let (def, existing) = existing(&self.state, id, namespace, name)?;
+        let patched = patch_value(&def, name, &existing.value, patch_type, patch)?;
+        self.write(id, namespace, name, patched, part, Ownership::Record)
     }
 
-    fn update_locked(
-        &self,
-        state: &mut State,
+    /// Server-side apply of `applied` to a part of the object.
+    pub(super) fn apply(
+        &mut self,
+        id: &ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        applied: Value,
+        part: Part,
+    ) -> Result<Arc<StoredObject>> {
+        let manager = self.options.field_manager.clone().ok_or_else(|| {
+            ApiError::invalid_options(
+                "PatchOptions",
+                "fieldManager: Required value: is required for apply patch",
+            )
+        })?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request("the applied configuration is not an object"));
+        }
+        if applied["metadata"].get("managedFields").is_some() {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        let (def, live) = lookup(&self.state, id, namespace, name)?;
+        let force = self.options.force;
+        match live {
+            Some(live) => {
+                let (next, fields) = managed_fields::apply(&def, Some(&live.value), &applied, &manager, part, force)?;
+                self.write(id, namespace, name, next, part, Ownership::Applied(fields))
+            }
+            None if part == Part::Main => {
+                let (mut body, fields) = managed_fields::apply(&def, None, &applied, &manager, part, force)?;
+                body["metadata"]["name"] = json!(name);
+                self.create_as(id, namespace, body, Ownership::Applied(fields))
+            }
+            None => Err(ApiError::not_found(&def.group, &def.plural, name)),
+        }
+    }
+
+    /// Writes the next state of an existing object, or of a part of it.
+    pub(super) fn write(
+        &mut self,
         id: &ResourceId,
         namespace: Option<&str>,
         name: &str,
         mut body: Value,
-        status: bool,
+        part: Part,
+        ownership: Ownership,
     ) -> Result<Arc<StoredObject>> {
-        let (def, existing) = existing(state, id, namespace, name)?;
-        if status && !def.status_subresource {
+        let (def, existing) = existing(&self.state, id, namespace, name)?;
+        if part == Part::Status && !def.status_subresource {
             return Err(ApiError::no_route(&format!("{}/status", def.plural)));
         }
         check_type(&def, &body)?;
+        if part != Part::Status {
+            apply_defaults(&def, &mut body);
+        }
         let metadata = metadata_mut(&mut body, &def)?;
         if metadata.get("name").and_then(Value::as_str).is_some_and(|n| n != name) {
             return Err(ApiError::bad_request(format!(
@@ -208,7 +363,7 @@ impl Store {
             ));
         }
 
-        let mut next = if status {
+        let mut next = if part == Part::Status {
             let mut next = existing.value.clone();
             next["status"] = body.get("status").cloned().unwrap_or(Value::Null);
             next
@@ -224,7 +379,7 @@ impl Store {
             body
         };
         let old_meta = existing.value["metadata"].as_object().cloned().unwrap_or_default();
-        let spec_changed = !status && spec_of(&next) != spec_of(&existing.value);
+        let spec_changed = part != Part::Status && spec_of(&next) != spec_of(&existing.value);
         let meta = next["metadata"].as_object_mut().expect("checked to be an object");
         for field in [
             "uid",
@@ -242,130 +397,90 @@ impl Store {
         let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
         meta.insert("generation".into(), json!(generation + i64::from(spec_changed)));
         meta.insert("resourceVersion".into(), json!(existing.resource_version.to_string()));
-        let finalized = meta.contains_key("deletionTimestamp")
-            && meta
-                .get("finalizers")
-                .and_then(Value::as_array)
-                .is_none_or(Vec::is_empty);
+        let record = matches!(ownership, Ownership::Record);
+        match ownership {
+            Ownership::Applied(fields) => set_managed_fields(&mut next, fields),
+            Ownership::Record => {
+                // A body without managedFields keeps them; an empty list clears them.
+                if !meta.contains_key("managedFields")
+                    && let Some(fields) = old_meta.get("managedFields")
+                {
+                    meta.insert("managedFields".into(), fields.clone());
+                }
+            }
+        }
         if next == existing.value {
             // Nothing changed: no new resourceVersion, no event.
             return Ok(existing);
         }
-        if finalized {
-            let object = self.commit(state, id, EventType::Deleted, next, Some(existing));
-            return Ok(object);
+        if record && let Some(manager) = self.options.field_manager.clone() {
+            managed_fields::record_update(&def, Some(&existing.value), &mut next, &manager, part);
         }
-        Ok(self.commit(state, id, EventType::Modified, next, Some(existing)))
+        let meta = &next["metadata"];
+        let finalized = meta.get("deletionTimestamp").is_some()
+            && meta
+                .get("finalizers")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty);
+        let event_type = if finalized {
+            EventType::Deleted
+        } else {
+            EventType::Modified
+        };
+        Ok(self.commit(id, event_type, next, Some(existing)))
     }
+}
 
-    /// Deletes an object, or marks it deleted while finalizers remain.
-    ///
-    /// # Errors
-    ///
-    /// 404 when it does not exist, 409 when a precondition fails.
-    pub fn delete(
-        &self,
-        id: &ResourceId,
-        namespace: Option<&str>,
-        name: &str,
-        preconditions: &Preconditions,
-    ) -> Result<Arc<StoredObject>> {
-        let mut state = self.lock();
-        self.delete_locked(&mut state, id, namespace, name, preconditions)
-    }
-
-    fn delete_locked(
-        &self,
-        state: &mut State,
-        id: &ResourceId,
-        namespace: Option<&str>,
-        name: &str,
-        preconditions: &Preconditions,
-    ) -> Result<Arc<StoredObject>> {
-        let (def, existing) = existing(state, id, namespace, name)?;
-        let metadata = &existing.value["metadata"];
-        if let Some(uid) = &preconditions.uid
-            && metadata["uid"].as_str() != Some(uid)
-        {
-            return Err(ApiError::conflict(
-                &def.group,
-                &def.plural,
-                name,
-                "Precondition failed: UID mismatch",
-            ));
+/// `value` with a JSON, merge or strategic merge patch applied (a strategic merge
+/// patch is applied as a merge patch).
+pub(super) fn patch_value(
+    def: &ResourceDef,
+    name: &str,
+    value: &Value,
+    patch_type: PatchType,
+    patch: Value,
+) -> Result<Value> {
+    let mut patched = value.clone();
+    match patch_type {
+        PatchType::Json => {
+            let operations: json_patch::Patch = serde_json::from_value(patch)
+                .map_err(|error| ApiError::bad_request(format!("invalid JSON patch: {error}")))?;
+            json_patch::patch(&mut patched, &operations)
+                .map_err(|error| ApiError::invalid(&def.group, &def.plural, name, &error.to_string()))?;
         }
-        if let Some(rv) = &preconditions.resource_version
-            && *rv != existing.resource_version.to_string()
-        {
-            return Err(ApiError::conflict(
-                &def.group,
-                &def.plural,
-                name,
-                "Precondition failed: ResourceVersion mismatch",
-            ));
-        }
-        let mut last = existing.value.clone();
-        let has_finalizers = metadata["finalizers"].as_array().is_some_and(|f| !f.is_empty());
-        if has_finalizers {
-            if metadata.get("deletionTimestamp").is_some() {
-                return Ok(existing);
+        PatchType::Merge | PatchType::Strategic | PatchType::Apply => {
+            if !patch.is_object() {
+                return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }
-            last["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
-            last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-            return Ok(self.commit(state, id, EventType::Modified, last, Some(existing)));
+            json_patch::merge(&mut patched, &patch);
         }
-        if def.kind == "Namespace" {
-            // Namespace deletion takes its contents with it.
-            let contained: Vec<(ResourceId, String)> = state
-                .collections
-                .iter()
-                .filter(|(_, c)| c.def.namespaced)
-                .flat_map(|(id, c)| {
-                    c.objects
-                        .values()
-                        .filter(|o| o.namespace.as_deref() == Some(name))
-                        .map(|o| (id.clone(), o.name.clone()))
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            for (id, object) in contained {
-                let mut forced = collection(state, &id)?.objects[&object_key(Some(name), &object)]
-                    .value
-                    .clone();
-                forced["metadata"]["finalizers"] = json!([]);
-                forced["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
-                let previous = collection(state, &id)?
-                    .objects
-                    .get(&object_key(Some(name), &object))
-                    .cloned();
-                self.commit(state, &id, EventType::Deleted, forced, previous);
-            }
-        }
-        if def.kind == "CustomResourceDefinition" {
-            crd::unregister(state, &existing.value);
-        }
-        Ok(self.commit(state, id, EventType::Deleted, last, Some(existing)))
     }
+    Ok(patched)
+}
 
-    /// Deletes every object `filter` selects; returns them.
-    ///
-    /// # Errors
-    ///
-    /// 404 when the resource does not exist.
-    pub fn delete_collection(&self, id: &ResourceId, filter: &Filter) -> Result<Vec<Arc<StoredObject>>> {
-        let mut state = self.lock();
-        let selected: Vec<(Option<String>, String)> = collection(&state, id)?
-            .objects
-            .values()
-            .filter(|object| filter.matches(object))
-            .map(|object| (object.namespace.clone(), object.name.clone()))
-            .collect();
-        let mut deleted = Vec::with_capacity(selected.len());
-        for (namespace, name) in selected {
-            deleted.push(self.delete_locked(&mut state, id, namespace.as_deref(), &name, &Preconditions::default())?);
+/// Fills in the defaults a real server fills in that the emulation's
+/// controllers and the `scale` subresource rely on: `spec.replicas` of the
+/// `apps` workloads is 1 unless set.
+fn apply_defaults(def: &ResourceDef, body: &mut Value) {
+    let replicated = def.group == "apps" && matches!(def.kind.as_str(), "Deployment" | "ReplicaSet" | "StatefulSet");
+    if replicated && let Some(object) = body.as_object_mut() {
+        let spec = object.entry("spec").or_insert_with(|| json!({}));
+        if let Some(spec) = spec.as_object_mut()
+            && spec.get("replicas").is_none_or(Value::is_null)
+        {
+            spec.insert("replicas".into(), json!(1));
         }
-        Ok(deleted)
     }
+}
+
+fn set_managed_fields(object: &mut Value, fields: Option<Value>) {
+    let Some(metadata) = object["metadata"].as_object_mut() else {
+        return;
+    };
+    match fields {
+        Some(fields) => metadata.insert("managedFields".into(), fields),
+        None => metadata.remove("managedFields"),
+    };
 }
 
 fn spec_of(value: &Value) -> Value {
@@ -448,8 +563,6 @@ fn resolve_namespace(
 
 #[cfg(test)]
 mod tests {
-    use kinformer_selector::Selector;
-
     use super::*;
     use crate::resources::built_in;
 
@@ -486,26 +599,5 @@ mod tests {
             .patch(&configmaps, Some("a"), "cm", PatchType::Json, failing, false)
             .unwrap_err();
         assert_eq!(error.code, 422);
-    }
-
-    #[test]
-    fn deletecollection_deletes_what_the_selector_selects() {
-        let (store, configmaps) = store();
-        for (name, app) in [("x", "web"), ("y", "web"), ("z", "db")] {
-            store
-                .create(
-                    &configmaps,
-                    Some("a"),
-                    json!({"metadata": {"name": name, "labels": {"app": app}}}),
-                )
-                .unwrap();
-        }
-        let filter = Filter {
-            labels: Selector::parse("app=web").unwrap(),
-            ..Filter::default()
-        };
-        let deleted = store.delete_collection(&configmaps, &filter).unwrap();
-        assert_eq!(deleted.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["x", "y"]);
-        assert_eq!(store.count(&configmaps), 1);
     }
 }
