@@ -8,9 +8,15 @@
 //! watch bookmarks and streaming lists (`sendInitialEvents`). kube-rs clients and
 //! `kubectl` talk to it as to a cluster.
 //!
+//! Beside it run the controllers a workload needs ([`SimConfig::controllers`],
+//! on by default): a Deployment written by anyone gets a ReplicaSet and pods,
+//! which start [`SimConfig::pod_start_delay`] later, and the statuses follow;
+//! the dependents of a deleted Deployment or ReplicaSet are deleted.
+//!
 //! [`Faults`] injects what real clusters do to clients: dropped watches, 410s,
 //! 429/500 answers, hung watches and latency. [`workload::Workload`] generates a
-//! seeded synthetic cluster workload.
+//! seeded synthetic cluster workload, whose CPU load is random or rises and falls
+//! in phases ([`workload::Load`]).
 //!
 //! # Writes as a real server takes them
 //!
@@ -51,6 +57,7 @@
 //! # Ok(()) }
 //! ```
 
+mod controllers;
 mod faults;
 mod http;
 pub mod resources;
@@ -82,6 +89,13 @@ pub struct SimConfig {
     pub compaction_window: usize,
     /// How often watches that asked for bookmarks get one.
     pub bookmark_interval: Duration,
+    /// Runs the Deployment and ReplicaSet controllers, their garbage collection
+    /// and a kubelet stand-in beside the server (on by default), so Deployments
+    /// written by anyone get ReplicaSets and running pods, and their status.
+    /// Without them, Deployments are stored as written and nothing else happens.
+    pub controllers: bool,
+    /// How long the kubelet stand-in takes to start a new pod of a ReplicaSet.
+    pub pod_start_delay: Duration,
 }
 
 impl Default for SimConfig {
@@ -90,6 +104,8 @@ impl Default for SimConfig {
             port: 0,
             compaction_window: 100_000,
             bookmark_interval: Duration::from_secs(5),
+            controllers: true,
+            pod_start_delay: Duration::from_millis(500),
         }
     }
 }
@@ -113,6 +129,20 @@ impl SimConfig {
     #[must_use]
     pub fn bookmark_interval(mut self, interval: Duration) -> Self {
         self.bookmark_interval = interval;
+        self
+    }
+
+    /// Sets [`SimConfig::controllers`].
+    #[must_use]
+    pub fn controllers(mut self, run: bool) -> Self {
+        self.controllers = run;
+        self
+    }
+
+    /// Sets [`SimConfig::pod_start_delay`].
+    #[must_use]
+    pub fn pod_start_delay(mut self, delay: Duration) -> Self {
+        self.pod_start_delay = delay;
         self
     }
 }
@@ -213,6 +243,14 @@ impl ApiServer {
                 .create(&namespaces, None, json!({"metadata": {"name": namespace}}))
                 .expect("a fresh store takes the default namespaces");
         }
+        // Taken before any workload writes, so the controllers see every change.
+        let changes = config.controllers.then(|| {
+            store.feed(vec![
+                resources::ids::deployments(),
+                resources::ids::replicasets(),
+                resources::ids::pods(),
+            ])
+        });
         let shared = Arc::new(Shared {
             store,
             faults: Faults::default(),
@@ -231,6 +269,9 @@ impl ApiServer {
                 tracing::error!(%error, "emulated API server stopped");
             }
         });
+        if let Some(changes) = changes {
+            tokio::spawn(controllers::run(Arc::clone(&shared), changes, config.pod_start_delay));
+        }
         tracing::info!(%address, "emulated API server listening");
         Ok(Self {
             shared,
@@ -304,6 +345,9 @@ impl ApiServer {
 
     /// Creates the workload's objects, then keeps changing them at its rate in a
     /// background task until the returned handle is aborted or the server stops.
+    ///
+    /// The pods it scales up or replaces start through the server's controllers
+    /// (see [`SimConfig::controllers`]); without them they stay pending.
     ///
     /// # Errors
     ///

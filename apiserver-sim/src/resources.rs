@@ -219,6 +219,30 @@ pub fn built_in() -> Vec<ResourceDef> {
     ]
 }
 
+/// The built-in resources the emulation's own writers (controllers, workloads) use.
+pub(crate) mod ids {
+    use crate::store::ResourceId;
+
+    pub(crate) fn namespaces() -> ResourceId {
+        ResourceId::new("", "v1", "namespaces")
+    }
+    pub(crate) fn pods() -> ResourceId {
+        ResourceId::new("", "v1", "pods")
+    }
+    pub(crate) fn configmaps() -> ResourceId {
+        ResourceId::new("", "v1", "configmaps")
+    }
+    pub(crate) fn deployments() -> ResourceId {
+        ResourceId::new("apps", "v1", "deployments")
+    }
+    pub(crate) fn replicasets() -> ResourceId {
+        ResourceId::new("apps", "v1", "replicasets")
+    }
+    pub(crate) fn hpas() -> ResourceId {
+        ResourceId::new("autoscaling", "v2", "horizontalpodautoscalers")
+    }
+}
+
 /// `/api`: the core group's versions.
 #[must_use]
 pub fn core_versions(server_address: &str) -> Value {

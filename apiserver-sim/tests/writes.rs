@@ -418,7 +418,7 @@ async fn dry_runs_answer_as_the_write_would_and_persist_nothing() {
 
 #[tokio::test]
 async fn a_dry_run_scale_answers_the_new_scale_and_keeps_the_old_one() {
-    let (server, client) = start(SimConfig::default()).await;
+    let (server, client) = start(SimConfig::default().controllers(false)).await;
     let deployments: Api<Deployment> = Api::default_namespaced(client);
     let deployment: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web"},

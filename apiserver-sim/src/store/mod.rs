@@ -28,12 +28,12 @@ mod meta;
 mod scale;
 mod write;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 pub use delete::Preconditions;
 pub use filter::Filter;
@@ -62,6 +62,9 @@ pub struct StoredObject {
     pub value: Value,
     /// The object serialized as JSON, as list and watch responses carry it.
     pub json: Bytes,
+    /// The uid of the owner that controls it (the `ownerReferences` entry with
+    /// `controller: true`), as the store indexes it.
+    pub controller_uid: Option<String>,
 }
 
 impl StoredObject {
@@ -78,6 +81,11 @@ impl StoredObject {
                     .collect()
             })
             .unwrap_or_default();
+        let controller_uid = metadata["ownerReferences"]
+            .as_array()
+            .and_then(|owners| owners.iter().find(|owner| owner["controller"].as_bool() == Some(true)))
+            .and_then(|owner| owner["uid"].as_str())
+            .map(str::to_owned);
         let json = Bytes::from(serde_json::to_vec(&value).expect("a JSON value serializes"));
         Self {
             key: object_key(namespace.as_deref(), &name),
@@ -87,6 +95,7 @@ impl StoredObject {
             resource_version,
             value,
             json,
+            controller_uid,
         }
     }
 }
@@ -165,6 +174,8 @@ impl ResourceId {
 struct Collection {
     def: Arc<ResourceDef>,
     objects: BTreeMap<String, Arc<StoredObject>>,
+    /// The keys of the objects each owner uid controls.
+    controlled: HashMap<String, BTreeSet<String>>,
     log: VecDeque<Arc<Event>>,
     /// Events at or below this resourceVersion are gone from the log.
     compacted: u64,
@@ -175,6 +186,7 @@ impl Collection {
         Self {
             def: Arc::new(def),
             objects: BTreeMap::new(),
+            controlled: HashMap::new(),
             log: VecDeque::new(),
             compacted,
         }
@@ -191,6 +203,13 @@ struct State {
 pub struct Store {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
+    feeds: Mutex<Vec<Feed>>,
+}
+
+/// A follower of every change of some resources; see [`Store::feed`].
+struct Feed {
+    ids: Vec<ResourceId>,
+    events: mpsc::UnboundedSender<Arc<Event>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -215,6 +234,7 @@ impl Store {
                 window: window.max(1),
             }),
             changed,
+            feeds: Mutex::new(Vec::new()),
         }
     }
 
@@ -226,6 +246,18 @@ impl Store {
     #[must_use]
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// Every change of the `ids` resources from now on, for the emulation's own
+    /// controllers. Unlike the event log that watches read, a feed is never
+    /// compacted: what a controller has not handled yet waits for it.
+    pub(crate) fn feed(&self, ids: Vec<ResourceId>) -> mpsc::UnboundedReceiver<Arc<Event>> {
+        let (events, receiver) = mpsc::unbounded_channel();
+        self.feeds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Feed { ids, events });
+        receiver
     }
 
     /// The current cluster-wide resourceVersion.
@@ -384,6 +416,22 @@ impl Transaction<'_> {
         Ok(objects)
     }
 
+    /// The objects the owner with this uid controls, ordered by key.
+    ///
+    /// # Errors
+    ///
+    /// 404 when the resource does not exist.
+    pub fn controlled_by(&self, id: &ResourceId, owner_uid: &str) -> Result<Vec<Arc<StoredObject>>> {
+        let collection = collection(&self.state, id)?;
+        Ok(collection
+            .controlled
+            .get(owner_uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| collection.objects.get(key).cloned())
+            .collect())
+    }
+
     /// Writes a change: a new resourceVersion, the stored object, the logged event.
     ///
     /// A dry run stores and logs nothing: it answers the object as it would be,
@@ -414,21 +462,40 @@ impl Transaction<'_> {
         value["metadata"]["resourceVersion"] = json!(rv.to_string());
         let object = Arc::new(StoredObject::new(value, rv));
         let collection = state.collections.get_mut(id).expect("the caller checked the resource");
+        if let Some(owner) = previous.as_ref().and_then(|previous| previous.controller_uid.as_ref())
+            && let Some(keys) = collection.controlled.get_mut(owner)
+        {
+            keys.remove(&object.key);
+            if keys.is_empty() {
+                collection.controlled.remove(owner);
+            }
+        }
         if event_type == EventType::Deleted {
             collection.objects.remove(&object.key);
         } else {
+            if let Some(owner) = &object.controller_uid {
+                collection
+                    .controlled
+                    .entry(owner.clone())
+                    .or_default()
+                    .insert(object.key.clone());
+            }
             collection.objects.insert(object.key.clone(), Arc::clone(&object));
         }
-        collection.log.push_back(Arc::new(Event {
+        let event = Arc::new(Event {
             resource_version: rv,
             event_type,
             object: Arc::clone(&object),
             previous,
-        }));
+        });
+        collection.log.push_back(Arc::clone(&event));
         while collection.log.len() > window {
             let dropped = collection.log.pop_front().expect("the log is not empty");
             collection.compacted = dropped.resource_version;
         }
+        let mut feeds = self.store.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        feeds.retain(|feed| !feed.ids.contains(id) || feed.events.send(Arc::clone(&event)).is_ok());
+        drop(feeds);
         self.store.changed.send_replace(rv);
         object
     }
