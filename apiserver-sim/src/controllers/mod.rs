@@ -189,36 +189,62 @@ pub(crate) async fn run(
     mut changes: mpsc::UnboundedReceiver<Arc<Event>>,
     pod_start_delay: Duration,
 ) {
-    let store = &shared.store;
+    let mut controllers = Controllers::new(pod_start_delay);
     let mut stopping = shared.stopping.subscribe();
-    let mut choices = ServerChoices::default();
-    let mut starting: VecDeque<(Instant, String, String)> = VecDeque::new();
-    let mut scheduled: HashSet<(String, String)> = HashSet::new();
     loop {
-        let next_start = starting.front().map(|(due, _, _)| *due);
-        let first = tokio::select! {
+        let mut batch = Vec::new();
+        tokio::select! {
             change = changes.recv() => match change {
-                Some(change) => Some(change),
+                Some(change) => batch.push(change),
                 None => return,
             },
-            () = sleep_until(next_start) => None,
+            () = sleep_until(controllers.next_start()) => {}
             _ = stopping.changed() => return,
-        };
-        let mut dirty = Dirty::default();
-        let mut batch: Vec<Arc<Event>> = first.into_iter().collect();
+        }
         while let Ok(change) = changes.try_recv() {
             batch.push(change);
         }
-        for change in &batch {
+        controllers.step(&shared.store, &batch, Instant::now());
+    }
+}
+
+/// The controllers between two steps: the pods waiting for the kubelet.
+#[derive(Debug)]
+struct Controllers {
+    choices: ServerChoices,
+    pod_start_delay: Duration,
+    /// Pods to start, by when: in order, since the delay is the same for all.
+    starting: VecDeque<(Instant, String, String)>,
+    scheduled: HashSet<(String, String)>,
+}
+
+impl Controllers {
+    fn new(pod_start_delay: Duration) -> Self {
+        Self {
+            choices: ServerChoices::default(),
+            pod_start_delay,
+            starting: VecDeque::new(),
+            scheduled: HashSet::new(),
+        }
+    }
+
+    /// When the next pod is due to start.
+    fn next_start(&self) -> Option<Instant> {
+        self.starting.front().map(|(due, _, _)| *due)
+    }
+
+    /// One step at `now`: collects the garbage of deleted owners, starts the pods
+    /// that are due, and syncs what the `changes` concern. Failures are logged;
+    /// the next change of the object retries.
+    fn step(&mut self, store: &Store, changes: &[Arc<Event>], now: Instant) {
+        let mut dirty = Dirty::default();
+        for change in changes {
             note(store, change, &mut dirty);
             let pod = &change.object;
-            if change.object.value["kind"] == "Pod"
-                && change.event_type != EventType::Deleted
-                && kubelet::should_start(pod)
-            {
+            if pod.value["kind"] == "Pod" && change.event_type != EventType::Deleted && kubelet::should_start(pod) {
                 let key = (pod.namespace.clone().unwrap_or_default(), pod.name.clone());
-                if scheduled.insert(key.clone()) {
-                    starting.push_back((Instant::now() + pod_start_delay, key.0, key.1));
+                if self.scheduled.insert(key.clone()) {
+                    self.starting.push_back((now + self.pod_start_delay, key.0, key.1));
                 }
             }
         }
@@ -230,25 +256,24 @@ pub(crate) async fn run(
                 }
             }
         }
-        let now = Instant::now();
-        if starting.front().is_some_and(|(due, _, _)| *due <= now) {
+        if self.next_start().is_some_and(|due| due <= now) {
             let mut kubelet = store.transaction(WriteOptions::default().field_manager(KUBELET));
-            while let Some((_, namespace, name)) = starting.front().filter(|(due, _, _)| *due <= now).cloned() {
-                starting.pop_front();
-                scheduled.remove(&(namespace.clone(), name.clone()));
-                if let Err(error) = kubelet::start(&mut kubelet, &namespace, &name, &choices.pod_ip()) {
+            while let Some((_, namespace, name)) = self.starting.front().filter(|(due, _, _)| *due <= now).cloned() {
+                self.starting.pop_front();
+                self.scheduled.remove(&(namespace.clone(), name.clone()));
+                if let Err(error) = kubelet::start(&mut kubelet, &namespace, &name, &self.choices.pod_ip()) {
                     tracing::warn!(%error, pod = %format!("{namespace}/{name}"), "the kubelet could not start a pod");
                 }
             }
         }
         for (namespace, name) in &dirty.deployments {
-            if let Err(error) = sync_deployment(store, namespace, name, &mut choices) {
+            if let Err(error) = sync_deployment(store, namespace, name, &mut self.choices) {
                 tracing::warn!(%error, deployment = %format!("{namespace}/{name}"), "deployment sync failed");
             }
         }
         for (namespace, name) in &dirty.replicasets {
             let mut transaction = store.transaction(WriteOptions::default().field_manager(CONTROLLER_MANAGER));
-            if let Err(error) = replicaset::sync(&mut transaction, namespace, name, &mut choices) {
+            if let Err(error) = replicaset::sync(&mut transaction, namespace, name, &mut self.choices) {
                 tracing::warn!(%error, replicaset = %format!("{namespace}/{name}"), "replicaset sync failed");
             }
         }
@@ -388,6 +413,14 @@ mod tests {
         store
     }
 
+    fn drain(changes: &mut mpsc::UnboundedReceiver<Arc<Event>>) -> Vec<Arc<Event>> {
+        let mut batch = Vec::new();
+        while let Ok(change) = changes.try_recv() {
+            batch.push(change);
+        }
+        batch
+    }
+
     fn pods(store: &Store) -> Vec<Arc<StoredObject>> {
         pods_of(&store.transaction(WriteOptions::default()), "shop", "web").unwrap()
     }
@@ -464,5 +497,42 @@ mod tests {
         collect_garbage(&mut store.transaction(WriteOptions::default()), uid(&deleted)).unwrap();
         assert_eq!(store.count(&ids::replicasets()), 0);
         assert_eq!(store.count(&ids::pods()), 0);
+    }
+
+    #[test]
+    fn a_step_starts_new_pods_once_the_start_delay_has_passed() {
+        let store = store_with_deployment(0);
+        let mut changes = store.feed(vec![ids::deployments(), ids::replicasets(), ids::pods()]);
+        let mut controllers = Controllers::new(Duration::from_secs(2));
+        store
+            .patch(
+                &ids::deployments(),
+                Some("shop"),
+                "web",
+                PatchType::Merge,
+                json!({"spec": {"replicas": 2}}),
+                false,
+            )
+            .unwrap();
+        let t0 = Instant::now();
+        let batch = drain(&mut changes);
+        controllers.step(&store, &batch, t0);
+        // The step's own writes are the next batch: the new pods are scheduled.
+        let batch = drain(&mut changes);
+        controllers.step(&store, &batch, t0);
+        assert_eq!(pods(&store).iter().filter(|pod| is_ready(pod)).count(), 0);
+        assert_eq!(controllers.next_start(), Some(t0 + Duration::from_secs(2)));
+
+        controllers.step(&store, &[], t0 + Duration::from_secs(2));
+        assert_eq!(pods(&store).iter().filter(|pod| is_ready(pod)).count(), 2);
+        let batch = drain(&mut changes);
+        controllers.step(&store, &batch, t0 + Duration::from_secs(2));
+        let status = &store.get(&ids::deployments(), Some("shop"), "web").unwrap().value["status"];
+        assert_eq!(
+            status["readyReplicas"].as_i64(),
+            Some(2),
+            "the status follows the started pods"
+        );
+        assert_eq!(controllers.next_start(), None);
     }
 }

@@ -11,11 +11,11 @@
 //! no other writer interleaves with; the plain [`Store`] verbs are writes with
 //! default options.
 //!
-//! The verbs are in `write` and `delete`, list queries in `list` (with `filter` for selectors
-//! and `continue_token` for paging), field ownership and server-side apply in
-//! `managed_fields`, the `scale` subresource in `scale`, CustomResourceDefinitions
-//! in `crd`, server-set names, uids and timestamps in `meta`, and paths to fields
-//! in `field_path`.
+//! The verbs are in `write` and `delete`, list queries in `list` (with `filter`
+//! for selectors and `continue_token` for paging), field ownership and
+//! server-side apply in `managed_fields`, the `scale` subresource in `scale`,
+//! CustomResourceDefinitions in `crd`, server-set names, uids and timestamps in
+//! `meta`, and paths to fields in `field_path`.
 
 mod continue_token;
 mod crd;

@@ -210,7 +210,6 @@ impl Transaction<'_> {
         };
         check_name(&def, &name)?;
         let namespace = resolve_namespace(&self.state, &def, namespace, metadata)?;
-
         let key = object_key(namespace.as_deref(), &name);
         if collection(&self.state, id)?.objects.contains_key(&key) {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
