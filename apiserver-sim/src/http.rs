@@ -14,7 +14,7 @@ use kinformer_selector::Selector;
 use serde_json::{Value, json};
 
 use crate::status::{ApiError, Result};
-use crate::store::{Filter, ListOptions, PatchType, Preconditions, ResourceId, StoredObject};
+use crate::store::{Filter, ListOptions, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, Start, WatchRequest};
 use crate::{Shared, resources, server_stats};
 
@@ -66,6 +66,13 @@ struct Request<'a> {
     headers: &'a HeaderMap,
     query: &'a HashMap<String, String>,
     body: &'a Bytes,
+}
+
+/// A subresource a path addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subresource {
+    Status,
+    Scale,
 }
 
 /// What a resource path addresses.
@@ -169,9 +176,10 @@ impl Request<'_> {
             return Err(ApiError::no_route(self.path));
         }
         let namespace = target.namespace.as_deref();
-        let status = match target.subresource.as_deref() {
-            None => false,
-            Some("status") if def.status_subresource => true,
+        let subresource = match target.subresource.as_deref() {
+            None => None,
+            Some("status") if def.status_subresource => Some(Subresource::Status),
+            Some("scale") if def.scale_subresource.is_some() => Some(Subresource::Scale),
             Some(_) => return Err(ApiError::no_route(self.path)),
         };
         let Some(name) = target.name.as_deref() else {
@@ -181,11 +189,15 @@ impl Request<'_> {
                 Method::GET if self.flag("watch") => self.watch(target.id, def, filter),
                 Method::GET => self.list(&target.id, &def, &filter),
                 Method::POST => {
-                    let created = store.create(&target.id, namespace, self.json_body()?)?;
+                    let options = self.write_options("CreateOptions", None)?;
+                    let created = store
+                        .transaction(options)
+                        .create(&target.id, namespace, self.json_body()?)?;
                     Ok(object_response(StatusCode::CREATED, &created))
                 }
                 Method::DELETE => {
-                    let deleted = store.delete_collection(&target.id, &filter)?;
+                    let options = self.write_options("DeleteOptions", Some(&self.delete_options()?))?;
+                    let deleted = store.transaction(options).delete_collection(&target.id, &filter)?;
                     Ok(list_response(&def, store.resource_version(), None, &deleted))
                 }
                 _ => Err(ApiError::method_not_allowed(format!(
@@ -194,42 +206,144 @@ impl Request<'_> {
                 ))),
             };
         };
-        match *self.method {
-            Method::GET => Ok(object_response(
-                StatusCode::OK,
-                &store.get(&target.id, namespace, name)?,
-            )),
-            Method::PUT => {
-                let updated = store.update(&target.id, namespace, name, self.json_body()?, status)?;
+        let id = &target.id;
+        match (self.method.clone(), subresource) {
+            (Method::GET, Some(Subresource::Scale)) => {
+                let scale = store.transaction(WriteOptions::default()).scale(id, namespace, name)?;
+                Ok(json_response(StatusCode::OK, &scale))
+            }
+            (Method::GET, _) => Ok(object_response(StatusCode::OK, &store.get(id, namespace, name)?)),
+            (Method::PUT, Some(Subresource::Scale)) => {
+                let options = self.write_options("UpdateOptions", None)?;
+                let scale = store
+                    .transaction(options)
+                    .update_scale(id, namespace, name, self.json_body()?)?;
+                Ok(json_response(StatusCode::OK, &scale))
+            }
+            (Method::PUT, subresource) => {
+                let options = self.write_options("UpdateOptions", None)?;
+                let status = subresource == Some(Subresource::Status);
+                let updated = store
+                    .transaction(options)
+                    .update(id, namespace, name, self.json_body()?, status)?;
                 Ok(object_response(StatusCode::OK, &updated))
             }
-            Method::PATCH => {
+            (Method::PATCH, subresource) => {
                 let content_type = self
                     .headers
                     .get(header::CONTENT_TYPE)
                     .and_then(|value| value.to_str().ok())
                     .unwrap_or_default();
                 let patch_type = PatchType::from_content_type(content_type)?;
-                let patched = store.patch(&target.id, namespace, name, patch_type, self.json_body()?, status)?;
-                Ok(object_response(StatusCode::OK, &patched))
+                let options = self.patch_options(patch_type)?;
+                let patch = self.patch_body(patch_type)?;
+                let mut transaction = store.transaction(options);
+                if subresource == Some(Subresource::Scale) {
+                    let scale = transaction.patch_scale(id, namespace, name, patch_type, patch)?;
+                    return Ok(json_response(StatusCode::OK, &scale));
+                }
+                let existed = transaction.get(id, namespace, name).is_ok();
+                let status = subresource == Some(Subresource::Status);
+                let patched = transaction.patch(id, namespace, name, patch_type, patch, status)?;
+                let code = if existed { StatusCode::OK } else { StatusCode::CREATED };
+                Ok(object_response(code, &patched))
             }
-            Method::DELETE if !status => {
-                let options: Value = if self.body.is_empty() {
-                    Value::Null
-                } else {
-                    self.json_body()?
-                };
+            (Method::DELETE, None) => {
+                let options = self.delete_options()?;
                 let preconditions = Preconditions {
                     uid: options["preconditions"]["uid"].as_str().map(str::to_owned),
                     resource_version: options["preconditions"]["resourceVersion"].as_str().map(str::to_owned),
                 };
-                let deleted = store.delete(&target.id, namespace, name, &preconditions)?;
+                let write_options = self.write_options("DeleteOptions", Some(&options))?;
+                let deleted = store
+                    .transaction(write_options)
+                    .delete(id, namespace, name, &preconditions)?;
                 Ok(object_response(StatusCode::OK, &deleted))
             }
             _ => Err(ApiError::method_not_allowed(format!(
                 "{} is not allowed here",
                 self.method
             ))),
+        }
+    }
+
+    /// A delete's `DeleteOptions` body (`null` when there is none).
+    fn delete_options(&self) -> Result<Value> {
+        if self.body.is_empty() {
+            Ok(Value::Null)
+        } else {
+            self.json_body()
+        }
+    }
+
+    /// The options of a write, checked as the API server checks `kind`
+    /// (`CreateOptions`, `UpdateOptions`, `PatchOptions`, `DeleteOptions`):
+    /// `dryRun` from the query or a delete's body, `fieldManager`.
+    ///
+    /// An unknown `dryRun` value or a bad field manager is 422, as from a real
+    /// server.
+    fn write_options(&self, kind: &str, delete_body: Option<&Value>) -> Result<WriteOptions> {
+        let mut dry_run: Vec<&str> = self.query.get("dryRun").map(String::as_str).into_iter().collect();
+        if let Some(values) = delete_body.and_then(|body| body["dryRun"].as_array()) {
+            dry_run.extend(values.iter().map(|value| value.as_str().unwrap_or_default()));
+        }
+        if let Some(unsupported) = dry_run.iter().find(|value| **value != "All") {
+            return Err(ApiError::invalid_options(
+                kind,
+                &format!("dryRun: Unsupported value: []string{{{unsupported:?}}}: supported values: \"All\""),
+            ));
+        }
+        let mut options = WriteOptions::default().dry_run(!dry_run.is_empty());
+        if let Some(manager) = self.query.get("fieldManager").filter(|manager| !manager.is_empty()) {
+            if manager.len() > 128 {
+                return Err(ApiError::invalid_options(
+                    kind,
+                    "fieldManager: Too long: may not be more than 128 bytes",
+                ));
+            }
+            if let Some((position, character)) = manager.char_indices().find(|(_, c)| c.is_control()) {
+                return Err(ApiError::invalid_options(
+                    kind,
+                    &format!(
+                        "fieldManager: Invalid value: {manager:?}: invalid character {character:?} (at position {position})"
+                    ),
+                ));
+            }
+            options = options.field_manager(manager.clone());
+        }
+        Ok(options)
+    }
+
+    /// A patch's options: as [`Request::write_options`], and `force`, which only
+    /// an apply takes.
+    fn patch_options(&self, patch_type: PatchType) -> Result<WriteOptions> {
+        let options = self.write_options("PatchOptions", None)?;
+        let Some(force) = self.query.get("force") else {
+            return Ok(options);
+        };
+        if patch_type != PatchType::Apply {
+            return Err(ApiError::invalid_options(
+                "PatchOptions",
+                "force: Forbidden: may not be specified for non-apply patch",
+            ));
+        }
+        match force.as_str() {
+            "true" | "1" => Ok(options.force(true)),
+            "false" | "0" | "" => Ok(options),
+            other => Err(ApiError::bad_request(format!("invalid value for force: {other:?}"))),
+        }
+    }
+
+    /// A patch's body. An apply configuration is YAML; the JSON that kube-rs and
+    /// kubectl send is YAML too, and the only form read here.
+    fn patch_body(&self, patch_type: PatchType) -> Result<Value> {
+        match patch_type {
+            PatchType::Apply => serde_json::from_slice(self.body).map_err(|error| {
+                ApiError::bad_request(format!(
+                    "the apply configuration is not JSON (YAML apply configurations other than JSON are not supported by this emulation): {error}"
+                ))
+            }),
+            _ => self.json_body(),
         }
     }
 

@@ -2,14 +2,42 @@
 //!
 //! [`ApiServer::start`] serves the Kubernetes REST API over real HTTP on a loopback
 //! port: discovery, get/list/watch/create/update/patch/delete/deletecollection,
-//! the `status` subresource, label and field selectors, paging with continue
-//! tokens, a cluster-wide `resourceVersion` with a compaction window (older
-//! versions answer 410 Gone), watch bookmarks and streaming lists
-//! (`sendInitialEvents`). kube-rs clients and `kubectl` talk to it as to a cluster.
+//! the `status` and `scale` subresources, server-side apply, `dryRun=All`,
+//! label and field selectors, paging with continue tokens, a cluster-wide
+//! `resourceVersion` with a compaction window (older versions answer 410 Gone),
+//! watch bookmarks and streaming lists (`sendInitialEvents`). kube-rs clients and
+//! `kubectl` talk to it as to a cluster.
+//!
+//! Beside it run the controllers a workload needs ([`SimConfig::controllers`],
+//! on by default): a Deployment written by anyone gets a ReplicaSet and pods,
+//! which start [`SimConfig::pod_start_delay`] later, and the statuses follow;
+//! the dependents of a deleted Deployment or ReplicaSet are deleted.
 //!
 //! [`Faults`] injects what real clusters do to clients: dropped watches, 410s,
 //! 429/500 answers, hung watches and latency. [`workload::Workload`] generates a
-//! seeded synthetic cluster workload.
+//! seeded synthetic cluster workload, whose CPU load is random or rises and falls
+//! in phases ([`workload::Load`]).
+//!
+//! # Writes as a real server takes them
+//!
+//! - The `scale` subresource of `apps/v1` Deployments, ReplicaSets and
+//!   StatefulSets (and of CRDs that declare one) reads and writes an
+//!   `autoscaling/v1` `Scale`, through to the object's `spec.replicas`.
+//! - Server-side apply (`application/apply-patch+yaml`, with the JSON that
+//!   kube-rs and kubectl send) needs a `fieldManager` (422 without), creates a
+//!   missing object, and records the applied fields in `metadata.managedFields`
+//!   as an `Apply` entry. Changing a field another manager owns is a 409
+//!   conflict unless `force=true`; a field the manager stops applying is removed.
+//!   Lists are atomic and the configuration is merged as a merge patch; a real
+//!   server merges keyed lists such as `containers` item by item.
+//! - Any other write with a `fieldManager` is recorded as an `Update` entry owning
+//!   the fields it changed; without one, ownership stays as it was.
+//! - `dryRun=All` on a create, update, patch, apply, delete or subresource write
+//!   is checked exactly as the write and answered with the object as it would be;
+//!   nothing is stored, no resourceVersion is used, no watch sees it. Any other
+//!   `dryRun` value is 422, as the API server's options validation answers.
+//! - Events are served as `v1` and as `events.k8s.io/v1`; a real server keeps one
+//!   storage behind both APIs, here they are two resources.
 //!
 //! # Examples
 //!
@@ -29,6 +57,7 @@
 //! # Ok(()) }
 //! ```
 
+mod controllers;
 mod faults;
 mod http;
 pub mod resources;
@@ -60,6 +89,13 @@ pub struct SimConfig {
     pub compaction_window: usize,
     /// How often watches that asked for bookmarks get one.
     pub bookmark_interval: Duration,
+    /// Runs the Deployment and ReplicaSet controllers, their garbage collection
+    /// and a kubelet stand-in beside the server (on by default), so Deployments
+    /// written by anyone get ReplicaSets and running pods, and their status.
+    /// Without them, Deployments are stored as written and nothing else happens.
+    pub controllers: bool,
+    /// How long the kubelet stand-in takes to start a new pod of a ReplicaSet.
+    pub pod_start_delay: Duration,
 }
 
 impl Default for SimConfig {
@@ -68,6 +104,8 @@ impl Default for SimConfig {
             port: 0,
             compaction_window: 100_000,
             bookmark_interval: Duration::from_secs(5),
+            controllers: true,
+            pod_start_delay: Duration::from_millis(500),
         }
     }
 }
@@ -91,6 +129,20 @@ impl SimConfig {
     #[must_use]
     pub fn bookmark_interval(mut self, interval: Duration) -> Self {
         self.bookmark_interval = interval;
+        self
+    }
+
+    /// Sets [`SimConfig::controllers`].
+    #[must_use]
+    pub fn controllers(mut self, run: bool) -> Self {
+        self.controllers = run;
+        self
+    }
+
+    /// Sets [`SimConfig::pod_start_delay`].
+    #[must_use]
+    pub fn pod_start_delay(mut self, delay: Duration) -> Self {
+        self.pod_start_delay = delay;
         self
     }
 }
@@ -191,6 +243,14 @@ impl ApiServer {
                 .create(&namespaces, None, json!({"metadata": {"name": namespace}}))
                 .expect("a fresh store takes the default namespaces");
         }
+        // Taken before any workload writes, so the controllers see every change.
+        let changes = config.controllers.then(|| {
+            store.feed(vec![
+                resources::ids::deployments(),
+                resources::ids::replicasets(),
+                resources::ids::pods(),
+            ])
+        });
         let shared = Arc::new(Shared {
             store,
             faults: Faults::default(),
@@ -209,6 +269,9 @@ impl ApiServer {
                 tracing::error!(%error, "emulated API server stopped");
             }
         });
+        if let Some(changes) = changes {
+            tokio::spawn(controllers::run(Arc::clone(&shared), changes, config.pod_start_delay));
+        }
         tracing::info!(%address, "emulated API server listening");
         Ok(Self {
             shared,
@@ -262,7 +325,8 @@ impl ApiServer {
     }
 
     /// The object store, for writing the way the cluster itself does (workloads,
-    /// controllers) and for checking what it holds.
+    /// controllers; see [`store::Store::transaction`] for several steps no other
+    /// writer interleaves with) and for checking what it holds.
     #[must_use]
     pub fn store(&self) -> &Store {
         &self.shared.store
@@ -281,6 +345,9 @@ impl ApiServer {
 
     /// Creates the workload's objects, then keeps changing them at its rate in a
     /// background task until the returned handle is aborted or the server stops.
+    ///
+    /// The pods it scales up or replaces start through the server's controllers
+    /// (see [`SimConfig::controllers`]); without them they stay pending.
     ///
     /// # Errors
     ///

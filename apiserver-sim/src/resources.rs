@@ -22,6 +22,34 @@ pub struct ResourceDef {
     pub status_subresource: bool,
     /// Short names for kubectl, e.g. `po`.
     pub short_names: Vec<String>,
+    /// Where the `scale` subresource reads and writes, when it is served.
+    pub scale_subresource: Option<ScalePaths>,
+}
+
+/// Where a resource keeps what its `scale` subresource (an `autoscaling/v1`
+/// `Scale`) reads and writes, as a CRD's `subresources.scale` names them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// The desired replicas, e.g. `.spec.replicas`; a scale write sets it.
+    pub spec_replicas: String,
+    /// The observed replicas, e.g. `.status.replicas`.
+    pub status_replicas: String,
+    /// The label selector, as an object (`.spec.selector` of a Deployment) or in
+    /// its string form (a CRD's `.status.selector`).
+    pub label_selector: Option<String>,
+}
+
+impl ScalePaths {
+    /// The paths of the `apps/v1` workloads: `.spec.replicas`, `.status.replicas`
+    /// and `.spec.selector`.
+    #[must_use]
+    pub fn replicas() -> Self {
+        Self {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: ".status.replicas".into(),
+            label_selector: Some(".spec.selector".into()),
+        }
+    }
 }
 
 impl ResourceDef {
@@ -37,6 +65,7 @@ impl ResourceDef {
             namespaced: true,
             status_subresource: false,
             short_names: Vec::new(),
+            scale_subresource: None,
         }
     }
 
@@ -51,6 +80,13 @@ impl ResourceDef {
     #[must_use]
     pub fn with_status(mut self) -> Self {
         self.status_subresource = true;
+        self
+    }
+
+    /// Serves the `scale` subresource over these fields.
+    #[must_use]
+    pub fn with_scale(mut self, paths: ScalePaths) -> Self {
+        self.scale_subresource = Some(paths);
         self
     }
 
@@ -107,6 +143,17 @@ impl ResourceDef {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if self.scale_subresource.is_some() {
+            entries.push(json!({
+                "name": format!("{}/scale", self.plural),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         entries
     }
 }
@@ -133,14 +180,20 @@ pub fn built_in() -> Vec<ResourceDef> {
             .short_names(&["svc"]),
         ResourceDef::new("", "v1", "ServiceAccount", "serviceaccounts").short_names(&["sa"]),
         ResourceDef::new("", "v1", "Event", "events").short_names(&["ev"]),
+        // A real server keeps one storage behind both Event APIs; here they are
+        // two resources.
+        ResourceDef::new("events.k8s.io", "v1", "Event", "events").short_names(&["ev"]),
         ResourceDef::new("apps", "v1", "Deployment", "deployments")
             .with_status()
+            .with_scale(ScalePaths::replicas())
             .short_names(&["deploy"]),
         ResourceDef::new("apps", "v1", "ReplicaSet", "replicasets")
             .with_status()
+            .with_scale(ScalePaths::replicas())
             .short_names(&["rs"]),
         ResourceDef::new("apps", "v1", "StatefulSet", "statefulsets")
             .with_status()
+            .with_scale(ScalePaths::replicas())
             .short_names(&["sts"]),
         ResourceDef::new("apps", "v1", "DaemonSet", "daemonsets")
             .with_status()
@@ -164,6 +217,30 @@ pub fn built_in() -> Vec<ResourceDef> {
         .with_status()
         .short_names(&["crd", "crds"]),
     ]
+}
+
+/// The built-in resources the emulation's own writers (controllers, workloads) use.
+pub(crate) mod ids {
+    use crate::store::ResourceId;
+
+    pub(crate) fn namespaces() -> ResourceId {
+        ResourceId::new("", "v1", "namespaces")
+    }
+    pub(crate) fn pods() -> ResourceId {
+        ResourceId::new("", "v1", "pods")
+    }
+    pub(crate) fn configmaps() -> ResourceId {
+        ResourceId::new("", "v1", "configmaps")
+    }
+    pub(crate) fn deployments() -> ResourceId {
+        ResourceId::new("apps", "v1", "deployments")
+    }
+    pub(crate) fn replicasets() -> ResourceId {
+        ResourceId::new("apps", "v1", "replicasets")
+    }
+    pub(crate) fn hpas() -> ResourceId {
+        ResourceId::new("autoscaling", "v2", "horizontalpodautoscalers")
+    }
 }
 
 /// `/api`: the core group's versions.

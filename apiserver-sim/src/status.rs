@@ -94,6 +94,19 @@ impl ApiError {
         .about(group, plural, name)
     }
 
+    /// 422: the request's options are invalid, as `CreateOptions`,
+    /// `UpdateOptions`, `PatchOptions` or `DeleteOptions` (`kind`) are checked.
+    #[must_use]
+    pub fn invalid_options(kind: &str, why: &str) -> Self {
+        Self::invalid("meta.k8s.io", kind, "", why)
+    }
+
+    /// 409: a server-side apply would change fields another manager owns.
+    #[must_use]
+    pub fn apply_conflict(message: impl Into<String>) -> Self {
+        Self::new(409, "Conflict", message)
+    }
+
     /// 400: the request is malformed.
     #[must_use]
     pub fn bad_request(message: impl Into<String>) -> Self {

@@ -383,7 +383,8 @@ async fn streaming_lists_end_with_the_initial_events_bookmark() {
 
 #[tokio::test]
 async fn status_is_written_through_its_subresource_and_generation_tracks_spec() {
-    let (_server, client) = start(SimConfig::default()).await;
+    // Without the deployment controller, which would write the status too.
+    let (_server, client) = start(SimConfig::default().controllers(false)).await;
     let api: Api<Deployment> = Api::default_namespaced(client);
     let deployment: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web"},

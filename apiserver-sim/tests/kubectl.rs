@@ -177,3 +177,53 @@ async fn kubectl_gets_applies_deletes_and_watches() {
     assert!(deleted.contains("deleted"), "{deleted}");
     assert!(server.store().get(&configmaps, Some("default"), "settings").is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_server_side_scales_and_waits_for_a_rollout() {
+    let Some(kubectl) = kubectl() else { return };
+    let server = ApiServer::start(SimConfig::default().pod_start_delay(Duration::from_millis(20)))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let manifest = dir.path().join("deploy.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: app\n        image: registry.example/app:1.0\n",
+    )
+    .unwrap();
+    let kubectl_run = |args: Vec<String>| {
+        let (kc, config) = (kubectl.clone(), kubeconfig.clone());
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run(&kc, &config, &args)
+        })
+    };
+    let args = |line: &str| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
+
+    let applied = kubectl_run(args(&format!(
+        "apply --server-side --validate=false -f {}",
+        manifest.display()
+    )))
+    .await
+    .unwrap();
+    assert!(applied.contains("deployment.apps/web serverside-applied"), "{applied}");
+    let deployments = ResourceId::new("apps", "v1", "deployments");
+    let stored = server.store().get(&deployments, Some("default"), "web").unwrap();
+    assert_eq!(stored.value["metadata"]["managedFields"][0]["operation"], "Apply");
+
+    // kubectl scale finds deployments/scale in discovery and writes through it.
+    let scaled = kubectl_run(args("scale deployment web --replicas=3")).await.unwrap();
+    assert!(scaled.contains("deployment.apps/web scaled"), "{scaled}");
+    let rolled_out = tokio::time::timeout(
+        Duration::from_secs(60),
+        kubectl_run(args("rollout status deployment/web --timeout=30s")),
+    )
+    .await
+    .expect("kubectl rollout status never saw the rollout finish")
+    .unwrap();
+    assert!(rolled_out.contains("successfully rolled out"), "{rolled_out}");
+    let pods = ResourceId::new("", "v1", "pods");
+    assert_eq!(server.store().count(&pods), 3);
+}
