@@ -38,9 +38,10 @@ namespaces = ["ns-0"]
 "#;
 
 /// A server holding one namespace (`ns-0`: configmaps `config-0` and
-/// `config-1`, deployment `app-0` with its pods) and nothing changing it.
+/// `config-1`, deployment `app-0` with its pods) and nothing changing it: no
+/// churn, and no controllers reacting to the plugins' writes.
 async fn quiet_cluster() -> (ApiServer, kube::Client) {
-    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let server = ApiServer::start(SimConfig::default().controllers(false)).await.unwrap();
     Workload::default().size(1, 1, 2).populate(server.store()).unwrap();
     let client = kube::Client::try_from(server.client_config()).unwrap();
     (server, client)
