@@ -195,8 +195,12 @@ async fn the_demo_runs_the_example_plugins_against_the_emulated_cluster() {
     let plugins = dir.path().join("plugins");
     kinformer_cli::demo::write_plugins(&plugins, plugin_artifacts::ALL).unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let config =
+    let mut config =
         kinformer_cli::demo::DemoConfig::new(&plugins, &kubeconfig).duration(std::time::Duration::from_secs(4));
+    // Every line, not only the status's recent ones: plugins load one after
+    // another, and the first ones log much while the others compile.
+    let all_logs = kinformer_tests::runtime::Logs::default();
+    config.runtime = config.runtime.log_sink(all_logs.sink());
     let plugins = kinformer_cli::demo::run(&config).await.unwrap();
     assert!(
         std::fs::read_to_string(&kubeconfig)
@@ -210,7 +214,7 @@ async fn the_demo_runs_the_example_plugins_against_the_emulated_cluster() {
             .expect("plugin loaded");
         assert_eq!(status.state, PluginState::Stopped, "{status:#?}");
         assert_eq!((status.traps, status.errors), (0, 0), "{status:#?}");
-        status.recent_logs.iter().map(|line| line.message.clone()).collect()
+        all_logs.of(name)
     };
 
     // The workload runs 2 namespaces of 2 deployments of about 3 pods (it
