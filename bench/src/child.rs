@@ -1,8 +1,11 @@
-//! The benchmark's child processes: one side syncs or consumes churn alone in a process, and reports one JSON line.
+//! The benchmark's child processes: one side syncs, consumes churn or reconciles alone in a process, and reports one JSON line.
 //!
 //! The parent spawns the benchmark's own executable with a hidden subcommand
 //! ([`crate::Child`]). A churn child prints `ready` once it has synced, then its
-//! report once it has seen every change; a sync child prints only its report.
+//! report once it has seen every change. A control child prints `ready` once
+//! it has reconciled every pod, then its report once the parent has written a
+//! line to its stdin (the churn is written) and its reconciles have stopped. A
+//! sync child prints only its report.
 
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;
@@ -10,11 +13,13 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::Child;
 use crate::cluster::client_for;
 use crate::consumers::{Side, Work, consumer, synced_cache};
+use crate::controllers::PodController;
 use crate::table::Samples;
 
 /// What a sync child reports.
@@ -38,6 +43,15 @@ pub(crate) struct ChurnReport {
     pub(crate) p50_ms: f64,
     #[serde(deserialize_with = "nan_if_null")]
     pub(crate) p99_ms: f64,
+}
+
+/// What a control child reports: its reconciles and CPU time from ready to
+/// the last reconcile it saw.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ControlReport {
+    #[serde(deserialize_with = "nan_if_null")]
+    pub(crate) cpu_s: f64,
+    pub(crate) reconciles: u64,
 }
 
 /// JSON has no NaN: serde_json writes it as `null`, and this reads it back.
@@ -102,6 +116,27 @@ pub(crate) async fn churn(
     Ok(())
 }
 
+/// In a control child: one side reconciles every pod, then the churn until the
+/// parent says it is written and the reconciles stop; reports a
+/// [`ControlReport`].
+pub(crate) async fn control(side: Side, pods: u64, kubeconfig: &Path) -> anyhow::Result<()> {
+    let controller = PodController::start(client_for(kubeconfig).await?, side).await?;
+    let ready = controller.idle(pods).await?;
+    let cpu = cpu_seconds();
+    println!("ready");
+    std::io::stdout().flush()?;
+    // A line, or the end of stdin: the parent has written every change.
+    tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new())).await??;
+    let done = controller.idle(ready.reconciles).await?;
+    let report = ControlReport {
+        cpu_s: done.cpu_s - cpu,
+        reconciles: done.reconciles - ready.reconciles,
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    controller.stop().await;
+    Ok(())
+}
+
 /// Runs a sync child to the end and reads its report.
 pub(crate) fn run_sync(side: Side, kubeconfig: &Path) -> anyhow::Result<SyncReport> {
     let mut command = Child::Sync {
@@ -116,43 +151,39 @@ pub(crate) fn run_sync(side: Side, kubeconfig: &Path) -> anyhow::Result<SyncRepo
     serde_json::from_slice(&output.stdout).context("child report")
 }
 
-/// A churn child that has synced and waits for changes.
+/// A churn or control child that has said `ready` and will print one report.
 #[derive(Debug)]
-pub(crate) struct ChurnChild {
+pub(crate) struct ReadyChild {
     process: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
     lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
 }
 
-impl ChurnChild {
-    /// Starts a churn child and waits until it is ready.
-    pub(crate) fn start(
-        side: Side,
-        work: Work,
-        plugins: usize,
-        updates: usize,
-        kubeconfig: &Path,
-    ) -> anyhow::Result<Self> {
-        let mut process = Child::Churn {
-            side,
-            work,
-            plugins,
-            updates,
-            kubeconfig: kubeconfig.to_owned(),
-        }
-        .command()?
-        .stdout(Stdio::piped())
-        .spawn()?;
+impl ReadyChild {
+    /// Starts a child and waits until it is ready.
+    pub(crate) fn start(child: &Child) -> anyhow::Result<Self> {
+        let mut process = child.command()?.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+        let stdin = process.stdin.take();
         let mut lines = std::io::BufReader::new(process.stdout.take().context("child stdout")?).lines();
         let ready = tokio::task::block_in_place(|| lines.next()).context("the consumer exited")??;
         if ready != "ready" {
             bail!("unexpected {ready:?}");
         }
-        Ok(Self { process, lines })
+        Ok(Self { process, stdin, lines })
     }
 
-    /// Waits for the child's report, once it has seen every change.
-    pub(crate) fn report(mut self) -> anyhow::Result<ChurnReport> {
+    /// Tells the child that every change is written (a control child waits
+    /// for this; a churn child counts the changes itself).
+    pub(crate) fn written(&mut self) -> anyhow::Result<()> {
+        let mut stdin = self.stdin.take().context("told twice")?;
+        writeln!(stdin, "written")?;
+        Ok(())
+    }
+
+    /// Waits for the child's report.
+    pub(crate) fn report<R: DeserializeOwned>(mut self) -> anyhow::Result<R> {
         let report = tokio::task::block_in_place(|| self.lines.next()).context("the consumer exited")??;
+        drop(self.stdin.take());
         let _ = tokio::task::block_in_place(|| self.process.wait());
         Ok(serde_json::from_str(&report)?)
     }
@@ -170,7 +201,7 @@ fn resident_bytes() -> u64 {
 }
 
 /// CPU time this process has used, from /proc (USER_HZ = 100 ticks a second).
-fn cpu_seconds() -> f64 {
+pub(crate) fn cpu_seconds() -> f64 {
     std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|stat| {

@@ -18,9 +18,11 @@ pub(crate) fn pods_gvk() -> GroupVersionKind {
 }
 
 /// An emulated cluster holding about `pods` realistic pods (~10 KB with
-/// managedFields), in deployments of 100 pods, and nothing changing.
+/// managedFields), in deployments of 100 pods, and nothing changing: the
+/// emulation's own controllers (deployments, replica sets, kubelet) are off,
+/// so only the benchmark writes.
 pub(crate) async fn quiet_cluster(pods: usize) -> anyhow::Result<ApiServer> {
-    let server = ApiServer::start(SimConfig::default()).await?;
+    let server = ApiServer::start(SimConfig::default().controllers(false)).await?;
     let deployments = pods.div_ceil(100).max(1);
     let per_deployment = pods.div_ceil(deployments);
     let workload = Workload::default()

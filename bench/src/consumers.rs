@@ -143,6 +143,11 @@ impl Consumer {
         Ok(())
     }
 
+    /// kinformer's runtime; `None` for kube-rs.
+    pub(crate) fn runtime(&self) -> Option<&Runtime> {
+        self.runtime.as_ref()
+    }
+
     pub(crate) async fn stop(self) {
         if let Some(runtime) = self.runtime {
             runtime.shutdown().await;
@@ -293,7 +298,8 @@ where
         .applied_objects()
 }
 
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+/// A spawned task, aborted when this is dropped.
+pub(crate) struct AbortOnDrop<T>(pub(crate) tokio::task::JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {

@@ -1,6 +1,7 @@
 //! kinformer against what a Rust user would otherwise pick — a kube-rs
-//! `reflector` with the handler compiled in — on the same work, in the same
-//! run, on the emulated API server. Prints a table of ratios.
+//! `reflector` with the handler compiled in, or a kube-rs `Controller` — on
+//! the same work, in the same run, on the emulated API server. Prints a table
+//! of ratios.
 //!
 //! `cargo run --release -p kinformer-bench` runs every row; `--quick` runs them
 //! with tiny sizes (what the test suite does to keep this from rotting).
@@ -8,6 +9,7 @@
 mod child;
 mod cluster;
 mod consumers;
+mod controllers;
 mod rows;
 mod table;
 
@@ -27,7 +29,7 @@ struct Cli {
     /// Repetitions per measurement (medians are reported, with min and max).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// Only these rows (1-7).
+    /// Only these rows (1-8).
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
     #[command(subcommand)]
@@ -61,6 +63,19 @@ enum Child {
         #[arg(long)]
         kubeconfig: PathBuf,
     },
+    /// (internal) Reconciles every pod with one side's no-op controller in this
+    /// process, then the churn until told on stdin that it is written, and
+    /// reports CPU time and reconciles as JSON.
+    #[command(hide = true)]
+    Control {
+        #[arg(long, value_enum)]
+        side: Side,
+        /// The pods to reconcile before the churn starts.
+        #[arg(long)]
+        pods: u64,
+        #[arg(long)]
+        kubeconfig: PathBuf,
+    },
 }
 
 impl Child {
@@ -84,6 +99,12 @@ impl Child {
                 command
                     .args(["churn", "--side", &arg_name(side), "--work", &arg_name(work)])
                     .args(["--plugins", &plugins.to_string(), "--updates", &updates.to_string()])
+                    .arg("--kubeconfig")
+                    .arg(kubeconfig);
+            }
+            Self::Control { side, pods, kubeconfig } => {
+                command
+                    .args(["control", "--side", &arg_name(side), "--pods", &pods.to_string()])
                     .arg("--kubeconfig")
                     .arg(kubeconfig);
             }
@@ -112,6 +133,7 @@ fn main() -> anyhow::Result<()> {
             updates,
             kubeconfig,
         }) => runtime.block_on(child::churn(side, work, plugins, updates, &kubeconfig)),
+        Some(Child::Control { side, pods, kubeconfig }) => runtime.block_on(child::control(side, pods, &kubeconfig)),
         None => {
             let repeat = if cli.quick { 1 } else { cli.repeat.max(1) };
             let sizes = rows::Sizes::new(cli.quick);
@@ -139,6 +161,11 @@ mod tests {
                 work: Work::Sum,
                 plugins: 10,
                 updates: 300,
+                kubeconfig: "/tmp/k".into(),
+            },
+            Child::Control {
+                side: Side::Kinformer,
+                pods: 50,
                 kubeconfig: "/tmp/k".into(),
             },
         ] {

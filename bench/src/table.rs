@@ -68,6 +68,8 @@ pub(crate) enum Unit {
     Micros,
     Mib,
     PerSecond,
+    /// A plain number, two decimals.
+    Plain,
 }
 
 impl Unit {
@@ -77,6 +79,7 @@ impl Unit {
             Self::Micros => format!("{value:.2} µs"),
             Self::Mib => format!("{value:.0} MiB"),
             Self::PerSecond => format!("{value:.0}/s"),
+            Self::Plain => format!("{value:.2}"),
         }
     }
 }

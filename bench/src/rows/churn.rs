@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::child::ChurnChild;
+use crate::Child;
+use crate::child::{ChurnReport, ReadyChild};
 use crate::cluster::{KubeconfigFile, quiet_cluster, write_paced};
 use crate::consumers::{Side, Work};
 use crate::rows::Sizes;
@@ -22,9 +23,15 @@ struct Churned {
 async fn run(side: Side, work: Work, plugins: usize, sizes: &Sizes) -> anyhow::Result<Churned> {
     let server = quiet_cluster(sizes.churn_pods).await?;
     let kubeconfig = KubeconfigFile::new(&server)?;
-    let child = ChurnChild::start(side, work, plugins, sizes.churn_updates, kubeconfig.path())?;
+    let child = ReadyChild::start(&Child::Churn {
+        side,
+        work,
+        plugins,
+        updates: sizes.churn_updates,
+        kubeconfig: kubeconfig.path().to_owned(),
+    })?;
     write_paced(&server, sizes.churn_updates, sizes.churn_rate).await?;
-    let report = child.report()?;
+    let report: ChurnReport = child.report()?;
     server.shutdown();
     let delivered = (sizes.churn_updates * plugins.max(1)) as f64;
     Ok(Churned {

@@ -1,6 +1,7 @@
 //! The rows of the table, numbered as in the README: each sets up its cluster, measures both sides and adds its lines.
 
 mod churn;
+mod controller;
 mod isolation;
 mod query;
 mod reload;
@@ -72,18 +73,25 @@ pub(crate) async fn run(selected: &[u8], sizes: &Sizes, repeat: usize) -> anyhow
     if wanted(7) {
         isolation::row(&mut table, sizes, repeat).await?;
     }
+    if wanted(8) {
+        controller::rows(&mut table, sizes, repeat).await?;
+    }
     Ok(table)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::cluster::quiet_cluster;
-    use crate::consumers::{Side, Work, consumer};
+    use std::time::Duration;
 
-    /// The churn consumers, the query and the isolation rows at toy sizes: they
-    /// run, and what they compare agrees (the query row checks the plugin's
-    /// answer against the native scan's).
+    use super::*;
+    use crate::cluster::{quiet_cluster, served_pods, write_paced};
+    use crate::consumers::{Side, Work, consumer};
+    use crate::controllers::PodController;
+
+    /// The churn consumers, the controllers, the query and the isolation rows
+    /// at toy sizes: they run, and what they compare agrees (the query row
+    /// checks the plugin's answer against the native scan's; each controller
+    /// reconciles every pod, then at least once per pod changed).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_rows_run_at_toy_sizes() {
         let sizes = Sizes {
@@ -105,6 +113,34 @@ mod tests {
                 .await
                 .unwrap();
             assert!(rate > 0.0, "{side:?}: {rate}");
+            server.shutdown();
+        }
+        for side in [Side::Kinformer, Side::KubePod, Side::KubeDynamic] {
+            let server = quiet_cluster(sizes.churn_pods).await.unwrap();
+            let pods = served_pods(&server).unwrap().len() as u64;
+            let client = kube::Client::try_from(server.client_config()).unwrap();
+            let controller = PodController::start(client, side).await.unwrap();
+            let ready = tokio::time::timeout(Duration::from_secs(120), controller.idle(pods))
+                .await
+                .unwrap_or_else(|_| panic!("the {side:?} controller never reconciled all {pods} pods"))
+                .unwrap();
+            write_paced(&server, sizes.churn_updates, sizes.churn_rate)
+                .await
+                .unwrap();
+            let done = tokio::time::timeout(Duration::from_secs(120), controller.idle(ready.reconciles))
+                .await
+                .unwrap_or_else(|_| panic!("the {side:?} controller kept reconciling after the churn"))
+                .unwrap();
+            // Every pod changed, so each was reconciled at least once after its
+            // last change, however the queue merged the changes.
+            let churned = done.reconciles - ready.reconciles;
+            let changed = pods.min(sizes.churn_updates as u64);
+            assert!(
+                churned >= changed,
+                "{side:?} reconciled {churned} times after {} changes to {changed} pods",
+                sizes.churn_updates
+            );
+            controller.stop().await;
             server.shutdown();
         }
         let mut table = Table::default();
