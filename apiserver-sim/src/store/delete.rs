@@ -138,19 +138,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::resources::built_in;
 
-    fn store() -> (Store, ResourceId) {
-        let store = Store::new(built_in(), 1000);
-        store
-            .create(
-                &ResourceId::new("", "v1", "namespaces"),
-                None,
-                json!({"metadata": {"name": "a"}}),
-            )
-            .unwrap();
-        (store, ResourceId::new("", "v1", "configmaps"))
-    }
+    use crate::store::test_store as store;
 
     #[test]
     fn deletecollection_deletes_what_the_selector_selects() {

@@ -178,20 +178,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::resources::built_in;
-    use crate::store::{PatchType, ResourceId};
+    use crate::store::PatchType;
 
-    fn store() -> (Store, ResourceId) {
-        let store = Store::new(built_in(), 1000);
-        store
-            .create(
-                &ResourceId::new("", "v1", "namespaces"),
-                None,
-                json!({"metadata": {"name": "a"}}),
-            )
-            .unwrap();
-        (store, ResourceId::new("", "v1", "configmaps"))
-    }
+    use crate::store::test_store as store;
 
     #[test]
     fn an_exact_list_serves_the_state_at_that_resource_version() {

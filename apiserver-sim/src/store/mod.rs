@@ -531,3 +531,18 @@ fn existing(
     let object = object.ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
     Ok((def, object))
 }
+
+/// A store of the built-in resources with namespace `a`, and the id of
+/// ConfigMaps: what the store's unit tests start from.
+#[cfg(test)]
+pub(crate) fn test_store() -> (Store, ResourceId) {
+    let store = Store::new(crate::resources::built_in(), 1000);
+    store
+        .create(
+            &ResourceId::new("", "v1", "namespaces"),
+            None,
+            serde_json::json!({"metadata": {"name": "a"}}),
+        )
+        .unwrap();
+    (store, ResourceId::new("", "v1", "configmaps"))
+}

@@ -564,19 +564,8 @@ fn resolve_namespace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::built_in;
 
-    fn store() -> (Store, ResourceId) {
-        let store = Store::new(built_in(), 1000);
-        store
-            .create(
-                &ResourceId::new("", "v1", "namespaces"),
-                None,
-                json!({"metadata": {"name": "a"}}),
-            )
-            .unwrap();
-        (store, ResourceId::new("", "v1", "configmaps"))
-    }
+    use crate::store::test_store as store;
 
     #[test]
     fn json_patches_apply_and_a_failing_test_operation_is_invalid() {
