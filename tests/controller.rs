@@ -4,34 +4,18 @@
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use apiserver_sim::ApiServer;
 use apiserver_sim::store::{Filter, ListOptions, ResourceId};
 use apiserver_sim::workload::Workload;
 use kinformer::plugin::digest;
-use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
-use kinformer_tests::runtime::{Logs, cluster, status, until};
+use kinformer::runtime::{Runtime, RuntimeConfig};
+use kinformer_tests::runtime::{Logs, cluster, plugin_status, publish, quick_manifest, until};
 use plugin_artifacts::variant;
 
 fn reconciler() -> Vec<u8> {
     plugin_artifacts::test_plugin("reconciler.wasm").to_vec()
-}
-
-/// Publishes a file the way careful tools do: a hidden temporary, then a rename.
-fn publish(dir: &Path, name: &str, bytes: &[u8]) {
-    let temporary = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&temporary, bytes).unwrap();
-    std::fs::rename(&temporary, dir.join(name)).unwrap();
-}
-
-fn manifest(config: &str) -> String {
-    format!("config = \"{config}\"\n[limits]\nlog-lines-per-second = 1000000\n[failures]\nrestart-backoff-ms = 20\n")
-}
-
-fn plugin(runtime: &Runtime, name: &str) -> PluginStatus {
-    status(&runtime.status(), name).clone()
 }
 
 /// What the server holds, as the reconciler reports it: per replica set key,
@@ -85,7 +69,7 @@ async fn twenty_swaps_under_churn_lose_no_key_and_the_last_version_reconciles_ev
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let versions = [reconciler(), variant(&reconciler(), 1)];
-    publish(d, "ctl.toml", manifest("v0").as_bytes());
+    publish(d, "ctl.toml", quick_manifest("v0").as_bytes());
     publish(d, "ctl.wasm", &versions[0]);
 
     let workload = Workload::default().seed(21).size(3, 4, 3).changes_per_second(500.0);
@@ -102,12 +86,12 @@ async fn twenty_swaps_under_churn_lose_no_key_and_the_last_version_reconciles_ev
     let swaps = 20_u64;
     for swap in 1..=swaps {
         let version = &versions[(swap % 2) as usize];
-        publish(d, "ctl.toml", manifest(&format!("v{swap}")).as_bytes());
+        publish(d, "ctl.toml", quick_manifest(&format!("v{swap}")).as_bytes());
         publish(d, "ctl.wasm", version);
         runtime.reconcile().await;
         let expected = digest(version);
         until(&format!("swap {swap} to go live"), Duration::from_secs(30), || {
-            let status = plugin(&runtime, "ctl");
+            let status = plugin_status(&runtime, "ctl");
             status.running_digest.as_deref() == Some(expected.as_str()) && status.reloads >= swap
         })
         .await;
@@ -130,7 +114,7 @@ async fn twenty_swaps_under_churn_lose_no_key_and_the_last_version_reconciles_ev
         },
     )
     .await;
-    let status = plugin(&runtime, "ctl");
+    let status = plugin_status(&runtime, "ctl");
     assert_eq!(status.reloads, swaps, "{status:#?}");
     assert_eq!((status.traps, status.errors), (0, 0), "{status:#?}");
     // Many deltas, few reconciles: keys queued several times were reconciled once.
@@ -143,7 +127,11 @@ async fn a_failing_reconcile_is_retried_until_it_succeeds_and_requeue_after_is_h
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // Every 2nd reconcile fails; every success asks to be requeued in 50 ms.
-    publish(d, "ctl.toml", manifest("flaky,fail-every=2,requeue-ms=50").as_bytes());
+    publish(
+        d,
+        "ctl.toml",
+        quick_manifest("flaky,fail-every=2,requeue-ms=50").as_bytes(),
+    );
     publish(d, "ctl.wasm", &reconciler());
     let workload = Workload::default().seed(3).size(1, 2, 2).changes_per_second(0.0);
     let (server, churn, client) = cluster(&workload).await;
@@ -167,7 +155,7 @@ async fn a_failing_reconcile_is_retried_until_it_succeeds_and_requeue_after_is_h
         })
     })
     .await;
-    let status = plugin(&runtime, "ctl");
+    let status = plugin_status(&runtime, "ctl");
     assert!(status.errors >= 4, "{status:#?}");
     assert_eq!(status.traps, 0);
     let last = last_reconciles(&logs, "ctl");

@@ -3,14 +3,13 @@
 //! window; without its write grant, or in dry-run mode, it changes nothing.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use apiserver_sim::ApiServer;
 use apiserver_sim::store::{Filter, ListOptions, PatchType, ResourceId};
 use apiserver_sim::workload::Workload;
-use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
-use kinformer_tests::runtime::{Logs, cluster, status};
+use kinformer::runtime::{Runtime, RuntimeConfig};
+use kinformer_tests::runtime::{Logs, cluster, install, plugin_status};
 use serde_json::json;
 
 /// The manifest the demo ships, with a short sync period and window.
@@ -20,15 +19,6 @@ fn granted_manifest() -> String {
         "config = \"sync-seconds=5,stabilization-seconds=30\"",
         "config = \"sync-seconds=1,stabilization-seconds=4\"",
     )
-}
-
-fn install(dir: &Path, name: &str, manifest: &str) {
-    let (_, bytes) = plugin_artifacts::ALL
-        .iter()
-        .find(|(file, _)| *file == "hpa-controller.wasm")
-        .unwrap();
-    std::fs::write(dir.join(format!("{name}.wasm")), bytes).unwrap();
-    std::fs::write(dir.join(format!("{name}.toml")), manifest).unwrap();
 }
 
 fn deployments() -> ResourceId {
@@ -124,14 +114,10 @@ async fn quiet() -> (ApiServer, kube::Client) {
     (server, client)
 }
 
-fn plugin(runtime: &Runtime, name: &str) -> PluginStatus {
-    status(&runtime.status(), name).clone()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hpa_controller_scales_up_under_load_and_down_only_after_the_stabilization_window() {
     let dir = tempfile::tempdir().unwrap();
-    install(dir.path(), "hpa", &granted_manifest());
+    install(dir.path(), "hpa", "hpa-controller.wasm", Some(&granted_manifest()));
     let (server, client) = quiet().await;
     let logs = Logs::default();
     let runtime = Runtime::start(client, RuntimeConfig::new(dir.path()).log_sink(logs.sink()))
@@ -174,7 +160,7 @@ async fn the_hpa_controller_scales_up_under_load_and_down_only_after_the_stabili
         "scaled down {held:?} after the load fell, inside the 4 s window"
     );
     under_load(&server, 20, "the minimum of 1 replica", || replicas(&server).0 == 1).await;
-    let hpa = plugin(&runtime, "hpa");
+    let hpa = plugin_status(&runtime, "hpa");
     assert_eq!(hpa.traps, 0, "{hpa:#?}");
     runtime.shutdown().await;
 }
@@ -185,13 +171,13 @@ async fn without_its_write_grant_the_controller_is_denied_and_changes_nothing() 
     // The read grant of the shipped manifest, none of its writes.
     let manifest = granted_manifest();
     let read_only = &manifest[..manifest.find("[[grant.write]]").unwrap()];
-    install(dir.path(), "hpa", read_only);
+    install(dir.path(), "hpa", "hpa-controller.wasm", Some(read_only));
     let (server, client) = quiet().await;
     set_load(&server, 240);
     let before = replicas(&server);
     let runtime = Runtime::start(client, RuntimeConfig::new(dir.path())).await.unwrap();
     under_load(&server, 240, "denied writes", || {
-        let status = plugin(&runtime, "hpa");
+        let status = plugin_status(&runtime, "hpa");
         status.errors >= 3
             && status
                 .last_error
@@ -208,17 +194,14 @@ async fn without_its_write_grant_the_controller_is_denied_and_changes_nothing() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_dry_run_mode_the_controller_changes_nothing_and_its_intents_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
-    install(
-        dir.path(),
-        "hpa",
-        &format!("mode = \"dry-run\"\n{}", granted_manifest()),
-    );
+    let manifest = format!("mode = \"dry-run\"\n{}", granted_manifest());
+    install(dir.path(), "hpa", "hpa-controller.wasm", Some(&manifest));
     let (server, client) = quiet().await;
     set_load(&server, 240);
     let before = replicas(&server);
     let runtime = Runtime::start(client, RuntimeConfig::new(dir.path())).await.unwrap();
     under_load(&server, 240, "dry-run intents", || {
-        let status = serde_json::to_value(plugin(&runtime, "hpa")).unwrap();
+        let status = serde_json::to_value(plugin_status(&runtime, "hpa")).unwrap();
         status.to_string().contains("scale") && status["reconciles"].as_u64().unwrap_or_default() >= 3
     })
     .await;

@@ -4,15 +4,15 @@
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use apiserver_sim::store::ResourceId;
 use apiserver_sim::workload::Workload;
 use kinformer::plugin::digest;
-use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
+use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_tests::runtime::{
-    Logged, Logs, assert_record_matches_server, caught_up, cluster, server_changes, status, until,
+    Logged, Logs, assert_record_matches_server, caught_up, cluster, plugin_status, publish, quick_manifest,
+    server_changes, until,
 };
 use plugin_artifacts::variant;
 
@@ -21,29 +21,13 @@ fn hostile() -> Vec<u8> {
     plugin_artifacts::test_plugin("hostile.wasm").to_vec()
 }
 
-/// Publishes a file the way careful tools do: write a hidden temporary file,
-/// then rename it over the target.
-fn publish(dir: &Path, name: &str, bytes: &[u8]) {
-    let temporary = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&temporary, bytes).unwrap();
-    std::fs::rename(&temporary, dir.join(name)).unwrap();
-}
-
-fn manifest(config: &str) -> String {
-    format!("config = \"{config}\"\n[limits]\nlog-lines-per-second = 1000000\n[failures]\nrestart-backoff-ms = 20\n")
-}
-
-fn plugin(runtime: &Runtime, name: &str) -> PluginStatus {
-    status(&runtime.status(), name).clone()
-}
-
 /// Waits until `name` runs the file with `digest`, reloaded `reloads` times.
 async fn running(runtime: &Runtime, name: &str, digest: &str, reloads: u64) {
     until(
         &format!("{name} to run {}", &digest[..12]),
         Duration::from_secs(30),
         || {
-            let status = plugin(runtime, name);
+            let status = plugin_status(runtime, name);
             status.running_digest.as_deref() == Some(digest) && status.reloads >= reloads
         },
     )
@@ -64,7 +48,7 @@ async fn fifty_swaps_under_churn_hand_every_delta_to_exactly_one_version() {
     let d = dir.path();
     let versions = [hostile(), variant(&hostile(), 1)];
     let digests = [digest(&versions[0]), digest(&versions[1])];
-    publish(d, "rec.toml", manifest("record=v0").as_bytes());
+    publish(d, "rec.toml", quick_manifest("record=v0").as_bytes());
     publish(d, "rec.wasm", &versions[0]);
 
     let workload = Workload::default().seed(11).size(4, 5, 4).changes_per_second(2000.0);
@@ -77,13 +61,13 @@ async fn fifty_swaps_under_churn_hand_every_delta_to_exactly_one_version() {
 
     for swap in 1..=50_u64 {
         let version = (swap % 2) as usize;
-        publish(d, "rec.toml", manifest(&format!("record=v{swap}")).as_bytes());
+        publish(d, "rec.toml", quick_manifest(&format!("record=v{swap}")).as_bytes());
         publish(d, "rec.wasm", &versions[version]);
         running(&runtime, "rec", &digests[version], swap).await;
         // Let the new version handle some live deltas before the next swap.
-        let handled = plugin(&runtime, "rec").deltas;
+        let handled = plugin_status(&runtime, "rec").deltas;
         until("live deltas after the swap", Duration::from_secs(10), || {
-            plugin(&runtime, "rec").deltas > handled + 100
+            plugin_status(&runtime, "rec").deltas > handled + 100
         })
         .await;
     }
@@ -154,7 +138,7 @@ async fn bad_files_are_rejected_while_the_running_version_keeps_serving() {
     let d = dir.path();
     let good = hostile();
     let next = variant(&good, 2);
-    publish(d, "rec.toml", manifest("record=good").as_bytes());
+    publish(d, "rec.toml", quick_manifest("record=good").as_bytes());
     publish(d, "rec.wasm", &good);
     let workload = Workload::default().seed(12).size(2, 2, 3).changes_per_second(100.0);
     let (_server, churn, client) = cluster(&workload).await;
@@ -169,7 +153,7 @@ async fn bad_files_are_rejected_while_the_running_version_keeps_serving() {
         file.write_all(chunk).unwrap();
         file.flush().unwrap();
         tokio::time::sleep(Duration::from_millis(120)).await;
-        let status = plugin(&runtime, "rec");
+        let status = plugin_status(&runtime, "rec");
         assert_eq!(status.running_digest, Some(digest(&good)), "{status:#?}");
     }
     drop(file);
@@ -198,10 +182,10 @@ async fn bad_files_are_rejected_while_the_running_version_keeps_serving() {
         until(
             &format!("the {case} file to be rejected"),
             Duration::from_secs(10),
-            || plugin(&runtime, "rec").rejected_digest == Some(digest(&bytes)),
+            || plugin_status(&runtime, "rec").rejected_digest == Some(digest(&bytes)),
         )
         .await;
-        let status = plugin(&runtime, "rec");
+        let status = plugin_status(&runtime, "rec");
         assert!(
             status.load_error.as_deref().unwrap_or_default().contains(cause),
             "{case}: {status:#?}"
@@ -209,14 +193,14 @@ async fn bad_files_are_rejected_while_the_running_version_keeps_serving() {
         assert_eq!(status.running_digest, Some(digest(&next)), "{case}");
         let handled = status.deltas;
         until("the running version to go on", Duration::from_secs(10), || {
-            plugin(&runtime, "rec").deltas > handled
+            plugin_status(&runtime, "rec").deltas > handled
         })
         .await;
     }
     // Not retried until the file changes.
-    let rejected = plugin(&runtime, "rec");
+    let rejected = plugin_status(&runtime, "rec");
     runtime.reconcile().await;
-    assert_eq!(plugin(&runtime, "rec").reloads, rejected.reloads);
+    assert_eq!(plugin_status(&runtime, "rec").reloads, rejected.reloads);
     churn.abort();
     runtime.shutdown().await;
 }
@@ -226,7 +210,7 @@ async fn a_version_that_fails_init_or_traps_at_once_is_rolled_back() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let good = hostile();
-    publish(d, "rec.toml", manifest("record=good").as_bytes());
+    publish(d, "rec.toml", quick_manifest("record=good").as_bytes());
     publish(d, "rec.wasm", &good);
     let workload = Workload::default().seed(13).size(2, 2, 3).changes_per_second(100.0);
     let (_server, churn, client) = cluster(&workload).await;
@@ -237,10 +221,10 @@ async fn a_version_that_fails_init_or_traps_at_once_is_rolled_back() {
 
     // Refuses in init: never swapped in.
     let refusing = variant(&good, 3);
-    publish(d, "rec.toml", manifest("refuse").as_bytes());
+    publish(d, "rec.toml", quick_manifest("refuse").as_bytes());
     publish(d, "rec.wasm", &refusing);
     runtime.reconcile().await;
-    let status = plugin(&runtime, "rec");
+    let status = plugin_status(&runtime, "rec");
     assert_eq!(status.running_digest, Some(digest(&good)));
     assert_eq!(status.rejected_digest, Some(digest(&refusing)));
     assert!(status.load_error.unwrap_or_default().contains("refusing to start"));
@@ -248,15 +232,15 @@ async fn a_version_that_fails_init_or_traps_at_once_is_rolled_back() {
 
     // Traps on its first deltas: swapped in, then rolled back.
     let trapping = variant(&good, 4);
-    publish(d, "rec.toml", manifest("trap-every-3rd").as_bytes());
+    publish(d, "rec.toml", quick_manifest("trap-every-3rd").as_bytes());
     publish(d, "rec.wasm", &trapping);
     runtime.reconcile().await;
     until("the rollback", Duration::from_secs(20), || {
-        plugin(&runtime, "rec").rollbacks == 1
+        plugin_status(&runtime, "rec").rollbacks == 1
     })
     .await;
     running(&runtime, "rec", &digest(&good), 1).await;
-    let status = plugin(&runtime, "rec");
+    let status = plugin_status(&runtime, "rec");
     assert_eq!(status.rejected_digest, Some(digest(&trapping)));
     assert_eq!((status.reloads, status.traps), (1, 2), "{status:#?}");
     // The restored version handles deltas again, and the failed file is not
@@ -269,7 +253,7 @@ async fn a_version_that_fails_init_or_traps_at_once_is_rolled_back() {
     })
     .await;
     runtime.reconcile().await;
-    assert_eq!(plugin(&runtime, "rec").reloads, 1);
+    assert_eq!(plugin_status(&runtime, "rec").reloads, 1);
     churn.abort();
     runtime.shutdown().await;
 }
@@ -278,7 +262,7 @@ async fn a_version_that_fails_init_or_traps_at_once_is_rolled_back() {
 async fn two_hundred_reloads_leave_one_instance_and_unloading_releases_everything() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    publish(d, "rec.toml", manifest("record=0").as_bytes());
+    publish(d, "rec.toml", quick_manifest("record=0").as_bytes());
     publish(d, "rec.wasm", &hostile());
     let workload = Workload::default().seed(14).size(2, 2, 3).changes_per_second(100.0);
     let (_server, churn, client) = cluster(&workload).await;
@@ -291,7 +275,7 @@ async fn two_hundred_reloads_leave_one_instance_and_unloading_releases_everythin
 
     // Manifest-only changes: a new instance each time, no recompiling.
     for reload in 1..=200_u64 {
-        publish(d, "rec.toml", manifest(&format!("record={reload}")).as_bytes());
+        publish(d, "rec.toml", quick_manifest(&format!("record={reload}")).as_bytes());
         runtime.reconcile().await;
         running(&runtime, "rec", &digest(&hostile()), reload).await;
     }

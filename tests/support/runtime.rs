@@ -12,7 +12,7 @@ use apiserver_sim::store::{EventType, ResourceId};
 use apiserver_sim::workload::Workload;
 use apiserver_sim::{ApiServer, SimConfig};
 use kinformer::plugin::LogSink;
-use kinformer::runtime::PluginStatus;
+use kinformer::runtime::{PluginStatus, Runtime};
 
 /// Every log line of every plugin, in the order each plugin wrote them.
 #[derive(Debug, Clone, Default)]
@@ -50,6 +50,24 @@ pub fn install(dir: &Path, name: &str, file: &str, manifest: Option<&str>) {
     if let Some(manifest) = manifest {
         std::fs::write(dir.join(format!("{name}.toml")), manifest).unwrap();
     }
+}
+
+/// Publishes a file the way careful tools do: write a hidden temporary file,
+/// then rename it over the target.
+pub fn publish(dir: &Path, name: &str, bytes: &[u8]) {
+    let temporary = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&temporary, bytes).unwrap();
+    std::fs::rename(&temporary, dir.join(name)).unwrap();
+}
+
+/// A manifest with `config`, no log rate limit and quick restarts.
+pub fn quick_manifest(config: &str) -> String {
+    format!("config = \"{config}\"\n[limits]\nlog-lines-per-second = 1000000\n[failures]\nrestart-backoff-ms = 20\n")
+}
+
+/// The status of plugin `name` now.
+pub fn plugin_status(runtime: &Runtime, name: &str) -> PluginStatus {
+    status(&runtime.status(), name).clone()
 }
 
 pub async fn cluster(workload: &Workload) -> (ApiServer, tokio::task::JoinHandle<()>, kube::Client) {
