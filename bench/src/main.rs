@@ -29,7 +29,7 @@ struct Cli {
     /// Repetitions per measurement (medians are reported, with min and max).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// Only these rows (1-8).
+    /// Only these rows (1-9).
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
     #[command(subcommand)]

@@ -6,6 +6,7 @@ mod isolation;
 mod query;
 mod reload;
 mod sync;
+mod writes;
 
 use crate::table::Table;
 
@@ -19,6 +20,7 @@ pub(crate) struct Sizes {
     query_pods: usize,
     query_calls: u32,
     reloads: usize,
+    write_patches: usize,
 }
 
 impl Sizes {
@@ -33,6 +35,7 @@ impl Sizes {
                 query_pods: 1000,
                 query_calls: 20,
                 reloads: 2,
+                write_patches: 50,
             }
         } else {
             Self {
@@ -43,6 +46,7 @@ impl Sizes {
                 query_pods: 100_000,
                 query_calls: 2000,
                 reloads: 5,
+                write_patches: 5000,
             }
         }
     }
@@ -76,6 +80,9 @@ pub(crate) async fn run(selected: &[u8], sizes: &Sizes, repeat: usize) -> anyhow
     if wanted(8) {
         controller::rows(&mut table, sizes, repeat).await?;
     }
+    if wanted(9) {
+        writes::row(&mut table, sizes, repeat).await?;
+    }
     Ok(table)
 }
 
@@ -88,8 +95,8 @@ mod tests {
     use crate::consumers::{Side, Work, consumer};
     use crate::controllers::PodController;
 
-    /// The churn consumers, the controllers, the query and the isolation rows
-    /// at toy sizes: they run, and what they compare agrees (the query row
+    /// The churn consumers, the controllers, the query, isolation and write
+    /// rows at toy sizes: they run, and what they compare agrees (the query row
     /// checks the plugin's answer against the native scan's; each controller
     /// reconciles every pod, then at least once per pod changed).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,6 +109,7 @@ mod tests {
             query_pods: 300,
             query_calls: 5,
             reloads: 1,
+            write_patches: 20,
         };
         // Each side consumes the same stream in this process (the benchmark
         // runs them in child processes, which a test binary cannot be).
@@ -146,7 +154,9 @@ mod tests {
         let mut table = Table::default();
         query::rows(&mut table, &sizes, 1).await.unwrap();
         isolation::row(&mut table, &sizes, 1).await.unwrap();
-        assert_eq!(table.lines().len(), 3 + 1);
+        // Each side checks that its last patch is on the server.
+        writes::row(&mut table, &sizes, 1).await.unwrap();
+        assert_eq!(table.lines().len(), 3 + 1 + 1);
         assert!(
             table.lines().iter().all(|line| !line.ours.contains("NaN")),
             "{:?}",

@@ -18,6 +18,11 @@
 //! - `slow`: on its first delta, merge-patches ConfigMap `config-0` with a
 //!   label and logs `slow patch=OUTCOME`. Watches
 //!   ConfigMaps.
+//! - `bench=N`: on its first delta, creates the ConfigMap `bench`, then
+//!   merge-patches it `N` times, one after the other, with a counter
+//!   annotation, and logs `bench patches=N failed=F ns=T`, T the time the
+//!   patches took. Watches Namespaces. The benchmark's row 9 compares it with
+//!   the same writes from kube-rs.
 
 use kinformer_sdk::cluster::{self, DeleteOptions, EventType, ObjectRef, PatchType, WriteError};
 use kinformer_sdk::{Delta, Error, Gvk, Handler, Registration, Result, info};
@@ -28,6 +33,8 @@ struct Writer {
     namespace: String,
     deltas: u64,
     writes: u64,
+    /// How many patches `bench` mode makes.
+    bench: u64,
 }
 
 fn outcome<T>(result: &std::result::Result<T, WriteError>) -> &'static str {
@@ -46,9 +53,18 @@ impl Handler for Writer {
         let Some((mode, namespace)) = config.split_once(':') else {
             return Err(Error::msg(format!("config {config:?}: want MODE:NAMESPACE")));
         };
+        let (mode, bench) = match mode.split_once('=') {
+            Some(("bench", count)) => match count.parse() {
+                Ok(count) => ("bench", count),
+                Err(_) => return Err(Error::msg(format!("bench={count}: want a count of writes"))),
+            },
+            _ => (mode, 0),
+        };
         let watched = match mode {
             "flood" => Gvk::new("", "v1", "Pod"),
             "script" | "events" | "slow" => configmaps(),
+            // Not what it writes: the benchmark times the writes alone.
+            "bench" => Gvk::new("", "v1", "Namespace"),
             other => return Err(Error::msg(format!("unknown mode {other:?}"))),
         };
         let registration = Registration::new("writer", env!("CARGO_PKG_VERSION")).watch(watched);
@@ -57,6 +73,7 @@ impl Handler for Writer {
             namespace: namespace.to_owned(),
             deltas: 0,
             writes: 0,
+            bench,
         };
         Ok((plugin, registration))
     }
@@ -69,6 +86,7 @@ impl Handler for Writer {
             "flood" => self.flood(first),
             "events" if first => self.events(),
             "slow" if first => self.slow(),
+            "bench" if first => self.bench(),
             _ => {}
         }
         Ok(())
@@ -156,6 +174,20 @@ impl Writer {
                 &json!({"metadata": {"annotations": {"writes": counter}}}),
             );
         }
+    }
+
+    fn bench(&self) {
+        let ns = Some(self.namespace.as_str());
+        let created = cluster::create(&configmaps(), ns, &json!({"metadata": {"name": "bench"}}));
+        let bench = ObjectRef::new(&configmaps(), ns, "bench");
+        let mut failed = u64::from(created.is_err());
+        let started = std::time::Instant::now();
+        for write in 0..self.bench {
+            let patch = json!({"metadata": {"annotations": {"writes": write.to_string()}}});
+            failed += u64::from(cluster::patch(&bench, PatchType::Merge, &patch).is_err());
+        }
+        let nanos = started.elapsed().as_nanos();
+        info!("bench patches={} failed={failed} ns={nanos}", self.bench);
     }
 
     fn events(&self) {
