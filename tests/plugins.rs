@@ -6,8 +6,9 @@ use std::sync::Arc;
 use kinformer::caches::Caches;
 use kinformer::delta::{Delta, DeltaType};
 use kinformer::indexer::indexer;
+use kinformer::limits::Limits;
 use kinformer::object::CachedObject;
-use kinformer::plugin::{Error, PluginOptions};
+use kinformer::plugin::{Error, PluginEngine, PluginOptions};
 use kinformer::runtime::PluginState;
 use kinformer_tests::{engine, example, messages, object};
 use kube::api::GroupVersionKind;
@@ -172,6 +173,38 @@ fn a_file_that_is_not_a_component_is_rejected_naming_the_file() {
     let missing = dir.path().join("missing.wasm");
     let error = engine().load_file(&missing).unwrap_err();
     assert!(error.to_string().contains("missing.wasm"), "{error}");
+}
+
+#[test]
+fn a_plugin_holds_at_most_its_own_instances_and_none_of_another() {
+    let engine = PluginEngine::new().unwrap();
+    let load = |name: &str| {
+        let (_, bytes) = plugin_artifacts::ALL
+            .iter()
+            .find(|(file, _)| file.strip_suffix(".wasm") == Some(name))
+            .unwrap();
+        engine.load_bytes(name, bytes).unwrap()
+    };
+    let (greedy, neighbour) = (load("delta-logger"), load("node-watcher"));
+    let options = PluginOptions::with_limits(Limits {
+        max_instances: 2,
+        ..Limits::default()
+    });
+    let held: Vec<_> = (0..2)
+        .map(|_| greedy.instantiate(Caches::new(), options.clone()).unwrap())
+        .collect();
+    let error = greedy.instantiate(Caches::new(), options.clone()).unwrap_err();
+    assert!(matches!(error, Error::Instances { limit: 2, .. }), "{error:?}");
+    assert!(error.to_string().contains("limits.max-instances"), "{error}");
+    // The neighbour's share is its own.
+    let neighbours: Vec<_> = (0..2)
+        .map(|_| neighbour.instantiate(Caches::new(), options.clone()).unwrap())
+        .collect();
+    assert_eq!(engine.live_instances(), 4);
+    // An instance dropped is a slot given back.
+    drop(held);
+    greedy.instantiate(Caches::new(), options).unwrap();
+    drop(neighbours);
 }
 
 #[test]

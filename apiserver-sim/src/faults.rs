@@ -17,6 +17,8 @@ pub struct Faults {
     fail_code: AtomicU16,
     hang_watches: watch::Sender<bool>,
     latency_ms: AtomicU64,
+    /// Resources (plural names) every request on which is forbidden.
+    forbidden: std::sync::Mutex<std::collections::BTreeSet<String>>,
     counts: Counters,
 }
 
@@ -37,7 +39,7 @@ pub struct FaultCounts {
     pub watches_closed: u64,
     /// Watches answered with 410 Gone by [`Faults::expire_next_watch`].
     pub expired_watches: u64,
-    /// Requests answered with an injected error status.
+    /// Requests answered with an injected error status (or forbidden).
     pub failed_requests: u64,
     /// Times watches were hung by [`Faults::hang_watches`].
     pub hangs: u64,
@@ -54,6 +56,7 @@ impl Default for Faults {
             fail_code: AtomicU16::new(500),
             hang_watches: watch::channel(false).0,
             latency_ms: AtomicU64::new(0),
+            forbidden: std::sync::Mutex::default(),
             counts: Counters::default(),
         }
     }
@@ -85,6 +88,32 @@ impl Faults {
             self.counts.hangs.fetch_add(1, Ordering::Relaxed);
         }
         self.hang_watches.send_replace(hang);
+    }
+
+    /// Answers every request on `resource` (a plural name, `configmaps`) with
+    /// 403 Forbidden, as a server whose RBAC denies the client that resource
+    /// does; `allow` lifts it.
+    pub fn forbid(&self, resource: &str) {
+        self.forbidden_set().insert(resource.to_owned());
+    }
+
+    /// Lifts [`Faults::forbid`] of `resource`.
+    pub fn allow(&self, resource: &str) {
+        self.forbidden_set().remove(resource);
+    }
+
+    fn forbidden_set(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.forbidden.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether requests on `resource` are forbidden, counted as a failed
+    /// request when they are.
+    pub(crate) fn is_forbidden(&self, resource: &str) -> bool {
+        let forbidden = self.forbidden_set().contains(resource);
+        if forbidden {
+            self.counts.failed_requests.fetch_add(1, Ordering::Relaxed);
+        }
+        forbidden
     }
 
     /// Delays every response by `latency`.

@@ -22,6 +22,24 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
 }
 
+/// The resource (plural name) a request path is about:
+/// `/api/v1/namespaces/a/pods/x` → `pods`.
+fn resource_of(path: &str) -> Option<&str> {
+    let rest = match path.strip_prefix("/api/") {
+        Some(rest) => rest.split_once('/')?.1,
+        None => {
+            let rest = path.strip_prefix("/apis/")?;
+            let (_group, rest) = rest.split_once('/')?;
+            rest.split_once('/')?.1
+        }
+    };
+    let mut segments = rest.split('/');
+    match segments.next()? {
+        "namespaces" => segments.nth(1).or(Some("namespaces")),
+        resource => Some(resource),
+    }
+}
+
 async fn handle(
     State(shared): State<Arc<Shared>>,
     method: Method,
@@ -44,6 +62,11 @@ async fn handle(
     }
     if let Some(code) = shared.faults.take_failure() {
         return error_response(&ApiError::injected(code));
+    }
+    if let Some(resource) = resource_of(path)
+        && shared.faults.is_forbidden(resource)
+    {
+        return error_response(&ApiError::forbidden(method.as_str(), resource));
     }
     let request = Request {
         shared: &shared,

@@ -141,6 +141,26 @@ impl ApiError {
         )
     }
 
+    /// 403, as RBAC denies `verb` (the HTTP method) on `resource`.
+    #[must_use]
+    pub fn forbidden(verb: &str, resource: &str) -> Self {
+        let verb = match verb {
+            "GET" => "list",
+            "POST" => "create",
+            "PUT" => "update",
+            "PATCH" => "patch",
+            "DELETE" => "delete",
+            _ => "access",
+        };
+        Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "{resource} is forbidden: User \"system:serviceaccount:kinformer:kinformer\" cannot {verb} resource \"{resource}\" at the cluster scope"
+            ),
+        )
+    }
+
     /// 500.
     #[must_use]
     pub fn internal(message: impl Into<String>) -> Self {

@@ -27,6 +27,8 @@ pub struct Report {
     pub size: u64,
     /// How long it took to compile.
     pub compile: std::time::Duration,
+    /// The limits it runs with.
+    pub limits: kinformer::limits::Limits,
     /// What the grant lets it write.
     pub writes: Vec<WriteRule>,
     /// Whether its writes are made or dry runs.
@@ -44,10 +46,12 @@ pub fn check(plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
     let manifest = Manifest::for_plugin(plugin)?;
     let config = config.unwrap_or(&manifest.config);
     let engine = PluginEngine::new()?;
+    let bytes = kinformer::file::read_regular(plugin, manifest.limits.module_bytes)
+        .with_context(|| format!("{}: cannot read the plugin file (limits.module-mib)", plugin.display()))?;
+    let size = bytes.len() as u64;
     let started = std::time::Instant::now();
-    let component = engine.load_file(plugin)?;
+    let component = engine.load_file_bytes(plugin, &bytes)?;
     let compile = started.elapsed();
-    let size = std::fs::metadata(plugin)?.len();
     let options = PluginOptions::with_limits(manifest.limits).grant(manifest.grant.clone());
     let mut instance = component.instantiate(Caches::new(), options)?;
     let registration = instance
@@ -60,6 +64,7 @@ pub fn check(plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
         review,
         size,
         compile,
+        limits: manifest.limits,
         writes: manifest.grant.writes().to_vec(),
         mode: manifest.mode,
     })
@@ -75,13 +80,32 @@ impl fmt::Display for Report {
             registration.name,
             registration.version
         )?;
+        let limits = &self.limits;
         writeln!(
             f,
-            "  {} bytes (limit {}), compiled in {} ms",
+            "  {} bytes (limit {}), compiled in {} ms (limit {} ms)",
             self.size,
-            kinformer::file::MAX_MODULE_BYTES,
-            self.compile.as_millis()
+            limits.module_bytes,
+            self.compile.as_millis(),
+            limits.compile_timeout.as_millis()
         )?;
+        if self.compile > limits.compile_timeout {
+            writeln!(
+                f,
+                "  TOO SLOW: the runtime stops waiting for its compile (limits.compile-timeout-ms)"
+            )?;
+        }
+        writeln!(
+            f,
+            "  {} subscriptions (limit {}), {} indexes (limit {})",
+            self.review.subscriptions.len(),
+            limits.max_subscriptions,
+            self.review.indexes.len(),
+            limits.max_indexes
+        )?;
+        if let Some(reason) = self.review.over_limits(limits) {
+            writeln!(f, "  OVER LIMITS: {reason}; the runtime does not start it")?;
+        }
         if let Some(controller) = &self.review.controller {
             let primary = &controller.primary;
             write!(f, "  controller of {} {}", primary.api_version(), primary.kind)?;

@@ -155,13 +155,11 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginStatus>, Error> {
     let workload = server.start_workload(&config.workload).map_err(Error::Workload)?;
     let client = kube::Client::try_from(server.client_config()).map_err(Error::Kube)?;
 
-    let runtime = Runtime::start(client, config.runtime.clone()).await?;
+    let mut runtime_config = config.runtime.clone();
     if let Some(address) = config.status_addr {
-        runtime.serve_status(address).await.map_err(|source| Error::Io {
-            path: address.to_string().into(),
-            source,
-        })?;
+        runtime_config = runtime_config.status_address(address);
     }
+    let runtime = Runtime::start(client, runtime_config).await?;
     crate::serve(&runtime, config.duration).await;
     workload.abort();
     let status = runtime.shutdown().await;

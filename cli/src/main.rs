@@ -210,10 +210,10 @@ fn run(command: Command) -> anyhow::Result<()> {
             if let Some(namespace) = namespace {
                 config = config.namespace(namespace);
             }
-            let runtime = Runtime::start(client, config).await?;
             if let Some(address) = engine.status_addr {
-                runtime.serve_status(address).await?;
+                config = config.status_address(address);
             }
+            let runtime = Runtime::start(client, config).await?;
             kinformer_cli::serve(&runtime, None).await;
             let status = runtime.shutdown().await;
             if !status.is_empty() && status.iter().all(|status| status.state == PluginState::Failed) {

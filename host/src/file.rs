@@ -10,10 +10,9 @@ use std::io::Read as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
-/// The largest manifest read.
+/// The largest manifest read. (The largest plugin file read is a limit of
+/// the manifest's, [`crate::limits::Limits::module_bytes`].)
 pub const MAX_MANIFEST_BYTES: u64 = 256 << 10;
-/// The largest plugin component read (a Python component is about 18 MB).
-pub const MAX_MODULE_BYTES: u64 = 256 << 20;
 
 /// Why a file was not read.
 #[derive(Debug, thiserror::Error)]

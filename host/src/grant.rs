@@ -456,6 +456,30 @@ pub struct Review {
     pub refused: Vec<Refusal>,
 }
 
+impl Review {
+    /// Why what the plugin gets is over its limits, if it is: more
+    /// subscriptions than `limits.max-subscriptions` or more indexes than
+    /// `limits.max-indexes`. Such a plugin does not start.
+    #[must_use]
+    pub fn over_limits(&self, limits: &crate::limits::Limits) -> Option<String> {
+        if self.subscriptions.len() > limits.max_subscriptions {
+            return Some(format!(
+                "{} subscriptions, over the limit of {} (limits.max-subscriptions)",
+                self.subscriptions.len(),
+                limits.max_subscriptions
+            ));
+        }
+        if self.indexes.len() > limits.max_indexes {
+            return Some(format!(
+                "{} indexes, over the limit of {} (limits.max-indexes)",
+                self.indexes.len(),
+                limits.max_indexes
+            ));
+        }
+        None
+    }
+}
+
 /// A subscription or index a plugin asked for and does not get.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {

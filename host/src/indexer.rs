@@ -58,9 +58,22 @@ struct Inner {
     indexes: HashMap<String, Index>,
     /// label key → label value → object keys: serves `label:<key>` and selectors.
     labels: HashMap<String, BTreeMap<String, Keys>>,
+    /// Leased indexes ([`Indexer::lease_index`]) → how many leases hold each.
+    leases: HashMap<String, usize>,
 }
 
 impl Inner {
+    /// What `func` indexes of every object, for a new index.
+    fn values_of(&self, func: &IndexFunc) -> BTreeMap<String, Keys> {
+        let mut values: BTreeMap<String, Keys> = BTreeMap::new();
+        for (key, object) in &self.objects {
+            for value in func.values(object, &mut None) {
+                values.entry(value).or_default().insert(key.clone());
+            }
+        }
+        values
+    }
+
     fn insert_into_indexes(&mut self, key: &Arc<str>, object: &CachedObject) {
         let mut parsed = None;
         for index in self.indexes.values_mut() {
@@ -145,6 +158,7 @@ pub fn indexer() -> (Indexer, IndexerWriter) {
         Indexer {
             inner: Arc::clone(&inner),
             scope: Scope::all(),
+            aliases: None,
         },
         IndexerWriter { inner },
     )
@@ -181,6 +195,9 @@ impl Listing {
 pub struct Indexer {
     inner: Arc<RwLock<Inner>>,
     scope: Scope,
+    /// With aliases ([`Indexer::aliased`]), the index names this handle
+    /// knows beside the built-in ones, and the indexes they stand for.
+    aliases: Option<Arc<HashMap<String, String>>>,
 }
 
 impl Indexer {
@@ -195,7 +212,59 @@ impl Indexer {
         Self {
             inner: Arc::clone(&self.inner),
             scope: self.scope.intersect(scope),
+            aliases: self.aliases.clone(),
         }
+    }
+
+    /// A handle on the same cache that knows only the built-in indexes and
+    /// `aliases` (name → an index of the cache, such as a lease's): one
+    /// plugin's names for the indexes it declared, which no other plugin's
+    /// names can collide with.
+    #[must_use]
+    pub fn aliased(&self, aliases: HashMap<String, String>) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            scope: self.scope.clone(),
+            aliases: Some(Arc::new(aliases)),
+        }
+    }
+
+    /// The index of the cache that `index` names through this handle.
+    fn resolve<'a>(&'a self, index: &'a str) -> Result<&'a str, IndexError> {
+        let Some(aliases) = &self.aliases else {
+            return Ok(index);
+        };
+        if index == NAMESPACE_INDEX || index == OWNER_INDEX || index.starts_with(LABEL_INDEX_PREFIX) {
+            return Ok(index);
+        }
+        aliases
+            .get(index)
+            .map(String::as_str)
+            .ok_or_else(|| IndexError::Unknown(index.to_owned()))
+    }
+
+    /// Holds an index of the cache by `field_path`, adding it if no lease
+    /// holds one yet; the index is dropped when its last lease is. Leases of
+    /// the same field path share one index, whoever named it what
+    /// ([`Indexer::aliased`]).
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::InvalidFieldPath`] when the path is malformed.
+    pub fn lease_index(&self, field_path: &str) -> Result<IndexLease, IndexError> {
+        let path = crate::index::FieldPath::parse(field_path)?;
+        let name = format!("field:{field_path}");
+        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        if !inner.indexes.contains_key(&name) {
+            let func = IndexFunc::Field(path);
+            let values = inner.values_of(&func);
+            inner.indexes.insert(name.clone(), Index { func, values });
+        }
+        *inner.leases.entry(name.clone()).or_default() += 1;
+        Ok(IndexLease {
+            inner: Arc::clone(&self.inner),
+            name,
+        })
     }
 
     /// The namespaces this handle sees.
@@ -302,6 +371,7 @@ impl Indexer {
     ///
     /// [`IndexError::Unknown`] when there is no such index.
     pub fn by_index(&self, index: &str, value: &str, limit: usize) -> Result<Listing, IndexError> {
+        let index = self.resolve(index)?;
         let inner = self.read();
         let keys = inner.index_keys(index, value)?;
         let objects = keys
@@ -318,6 +388,7 @@ impl Indexer {
     ///
     /// [`IndexError::Unknown`] when there is no such index.
     pub fn index_values(&self, index: &str, limit: usize) -> Result<Vec<String>, IndexError> {
+        let index = self.resolve(index)?;
         let inner = self.read();
         let values = if let Some(label) = index.strip_prefix(LABEL_INDEX_PREFIX) {
             inner.labels.get(label)
@@ -374,6 +445,7 @@ impl IndexerWriter {
         Indexer {
             inner: Arc::clone(&self.inner),
             scope: Scope::all(),
+            aliases: None,
         }
     }
 
@@ -438,14 +510,39 @@ fn add_index(inner: &RwLock<Inner>, name: &str, field_path: &str) -> Result<(), 
             Err(IndexError::Conflict(name.to_owned()))
         };
     }
-    let mut values: BTreeMap<String, Keys> = BTreeMap::new();
-    for (key, object) in &inner.objects {
-        for value in func.values(object, &mut None) {
-            values.entry(value).or_default().insert(key.clone());
-        }
-    }
+    let values = inner.values_of(&func);
     inner.indexes.insert(name.to_owned(), Index { func, values });
     Ok(())
+}
+
+/// An index of a cache held by one user ([`Indexer::lease_index`]); dropping
+/// the last lease of an index drops the index.
+#[derive(Debug)]
+pub struct IndexLease {
+    inner: Arc<RwLock<Inner>>,
+    name: String,
+}
+
+impl IndexLease {
+    /// The name of the index in the cache, for [`Indexer::aliased`].
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for IndexLease {
+    fn drop(&mut self) {
+        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(users) = inner.leases.get_mut(&self.name) else {
+            return;
+        };
+        *users -= 1;
+        if *users == 0 {
+            inner.leases.remove(&self.name);
+            inner.indexes.remove(&self.name);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -483,6 +580,40 @@ mod tests {
         assert!(writer.delete("b/db-0").is_some());
         assert_eq!(reader.index_values("namespace", 10).unwrap(), ["a"]);
         assert!(writer.delete("b/db-0").is_none());
+    }
+
+    #[test]
+    fn leased_indexes_are_shared_by_field_path_named_per_holder_and_dropped_with_the_last_lease() {
+        let (reader, writer) = indexer();
+        writer.apply(pod("a", "web-0", json!({"app": "web"}), "n1"));
+        writer.apply(pod("a", "web-1", json!({"app": "web"}), "n2"));
+        let first = reader.lease_index("spec.nodeName").unwrap();
+        let second = reader.lease_index("spec.nodeName").unwrap();
+        assert_eq!(first.name(), second.name());
+        let other = reader.lease_index("metadata.name").unwrap();
+
+        // Two holders call their indexes `node`, on different fields.
+        let by_node = reader.aliased(HashMap::from([("node".to_owned(), first.name().to_owned())]));
+        let by_name = reader.aliased(HashMap::from([("node".to_owned(), other.name().to_owned())]));
+        assert_eq!(keys(&by_node.by_index("node", "n2", 10).unwrap()), ["a/web-1"]);
+        assert_eq!(keys(&by_name.by_index("node", "web-0", 10).unwrap()), ["a/web-0"]);
+        // A holder knows its own names and the built-in ones, nothing else.
+        assert!(matches!(
+            by_node.by_index(first.name(), "n2", 10),
+            Err(IndexError::Unknown(_))
+        ));
+        assert_eq!(by_node.index_values("namespace", 10).unwrap(), ["a"]);
+        // The index follows changes while held.
+        writer.apply(pod("a", "web-2", json!({}), "n2"));
+        assert_eq!(by_node.by_index("node", "n2", 10).unwrap().objects.len(), 2);
+
+        let name = first.name().to_owned();
+        drop(first);
+        assert!(reader.index_names().contains(&name), "still held by the second lease");
+        drop(second);
+        assert!(!reader.index_names().contains(&name), "dropped with its last lease");
+        assert_eq!(reader.index_names(), ["field:metadata.name", "namespace", "owner"]);
+        drop(other);
     }
 
     #[test]

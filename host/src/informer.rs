@@ -116,6 +116,12 @@ impl SharedIndexInformer {
         self.running.status.has_synced()
     }
 
+    /// The last watch error (see [`ReflectorStatus::last_error`]).
+    #[must_use]
+    pub fn last_error(&self) -> Option<String> {
+        self.running.status.last_error()
+    }
+
     /// Watch errors the informer survived.
     #[must_use]
     pub fn watch_errors(&self) -> u64 {

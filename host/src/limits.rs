@@ -3,8 +3,8 @@
 //! The operator sets them in the plugin's manifest ([`crate::manifest`]); what
 //! is not set takes the default written here, once. The plugin instance enforces
 //! the call, memory, query and log limits ([`crate::plugin`]); the runtime the
-//! queue, batch and failure ones ([`crate::runtime`]); the plugin's writer the
-//! write ones ([`crate::cluster`]).
+//! queue, batch, failure and loading ones ([`crate::runtime`]); the plugin's
+//! writer the write ones ([`crate::cluster`]).
 
 use std::time::Duration;
 
@@ -33,6 +33,19 @@ pub struct Limits {
     pub write_burst: u32,
     /// The longest one write may wait for the API server (discovery included).
     pub write_timeout: Duration,
+    /// The largest plugin file read, in bytes.
+    pub module_bytes: u64,
+    /// The longest a plugin file may take to compile.
+    pub compile_timeout: Duration,
+    /// The longest the plugin's caches may take to sync when it starts.
+    pub sync_timeout: Duration,
+    /// Resources the plugin may subscribe to (watched or cached).
+    pub max_subscriptions: usize,
+    /// Indexes the plugin may declare.
+    pub max_indexes: usize,
+    /// Instances of the plugin alive at once (the running one, a new version
+    /// being started, a restart).
+    pub max_instances: usize,
 }
 
 impl Default for Limits {
@@ -48,6 +61,12 @@ impl Default for Limits {
             writes_per_second: 10,
             write_burst: 20,
             write_timeout: Duration::from_secs(10),
+            module_bytes: 128 << 20,
+            compile_timeout: Duration::from_secs(120),
+            sync_timeout: Duration::from_secs(120),
+            max_subscriptions: 16,
+            max_indexes: 16,
+            max_instances: 4,
         }
     }
 }
@@ -97,6 +116,9 @@ pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
 
 /// The most memory a manifest may grant, in MiB.
 pub const MAX_MEMORY_MIB: u64 = 1024;
+
+/// The largest plugin file a manifest may allow, in MiB.
+pub const MAX_MODULE_MIB: u64 = 1024;
 
 /// The largest object or patch a plugin may send in one write, in bytes; the
 /// API server's own limit on a request body is 3 MiB.

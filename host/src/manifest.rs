@@ -40,6 +40,12 @@
 //! writes-per-second = 10       # token bucket of the plugin's writes...
 //! write-burst = 20             # ...and its size
 //! write-timeout-ms = 10000     # longest wait for the API server per write
+//! module-mib = 128             # largest plugin file read
+//! compile-timeout-ms = 120000  # longest compile of the plugin file
+//! sync-timeout-ms = 120000     # longest wait for the plugin's caches to sync
+//! max-subscriptions = 16       # resources watched or cached
+//! max-indexes = 16             # indexes declared
+//! max-instances = 4            # instances alive at once
 //!
 //! [failures]
 //! on-error = "retry"           # a batch `handle` rejects: "retry" or "skip"
@@ -61,7 +67,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::grant::{Grant, Scope, Verb, WriteMode, WriteRule};
-use crate::limits::{FailurePolicy, Limits, MAX_MEMORY_MIB, MAX_RESTART_BACKOFF, OnError};
+use crate::limits::{FailurePolicy, Limits, MAX_MEMORY_MIB, MAX_MODULE_MIB, MAX_RESTART_BACKOFF, OnError};
 
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +147,12 @@ struct LimitsFile {
     writes_per_second: Option<u64>,
     write_burst: Option<u64>,
     write_timeout_ms: Option<u64>,
+    module_mib: Option<u64>,
+    compile_timeout_ms: Option<u64>,
+    sync_timeout_ms: Option<u64>,
+    max_subscriptions: Option<u64>,
+    max_indexes: Option<u64>,
+    max_instances: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -317,6 +329,42 @@ impl Manifest {
                 300_000,
                 defaults.write_timeout.as_millis() as u64,
             )?),
+            module_bytes: range(
+                "module-mib",
+                limits.module_mib,
+                1,
+                MAX_MODULE_MIB,
+                defaults.module_bytes >> 20,
+            )? << 20,
+            compile_timeout: Duration::from_millis(range(
+                "compile-timeout-ms",
+                limits.compile_timeout_ms,
+                100,
+                3_600_000,
+                defaults.compile_timeout.as_millis() as u64,
+            )?),
+            sync_timeout: Duration::from_millis(range(
+                "sync-timeout-ms",
+                limits.sync_timeout_ms,
+                100,
+                3_600_000,
+                defaults.sync_timeout.as_millis() as u64,
+            )?),
+            max_subscriptions: range(
+                "max-subscriptions",
+                limits.max_subscriptions,
+                1,
+                256,
+                defaults.max_subscriptions as u64,
+            )? as usize,
+            max_indexes: range("max-indexes", limits.max_indexes, 0, 256, defaults.max_indexes as u64)? as usize,
+            max_instances: range(
+                "max-instances",
+                limits.max_instances,
+                2,
+                16,
+                defaults.max_instances as u64,
+            )? as usize,
         };
         let failures = file.failures.unwrap_or_default();
         let defaults = FailurePolicy::default();

@@ -62,6 +62,7 @@ impl std::fmt::Debug for WatchErrorHook {
 pub struct ReflectorStatus {
     synced: AtomicBool,
     watch_errors: AtomicU64,
+    last_error: std::sync::Mutex<Option<String>>,
 }
 
 impl ReflectorStatus {
@@ -74,6 +75,15 @@ impl ReflectorStatus {
     /// followed by kube-rs's backoff and a re-watch or relist.
     pub fn watch_errors(&self) -> u64 {
         self.watch_errors.load(Ordering::Relaxed)
+    }
+
+    /// The last watch error, as kube-rs put it: what the server answered a
+    /// list or watch it refused.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -306,6 +316,11 @@ impl Reflector {
                 Ok(event) => event,
                 Err(error) => {
                     self.status.watch_errors.fetch_add(1, Ordering::Relaxed);
+                    *self
+                        .status
+                        .last_error
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
                     tracing::warn!(resource, %error, "watch failed; backing off");
                     if let Some(hook) = &self.config.watch_error_hook {
                         (hook.0)(&resource, &error);

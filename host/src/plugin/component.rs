@@ -60,8 +60,19 @@ impl PluginComponent {
     ///
     /// # Errors
     ///
-    /// [`Error::Trap`] when the component's start-up code traps or breaks a limit.
+    /// [`Error::Trap`] when the component's start-up code traps or breaks a
+    /// limit, [`Error::Instances`] when the plugin has `max-instances` alive.
     pub fn instantiate(&self, caches: Caches, options: PluginOptions) -> Result<PluginInstance> {
+        let limit = options.limits.max_instances;
+        let live = LiveInstance::new(
+            &self.engine.live_instances,
+            self.engine.plugin_instances(&self.name),
+            limit,
+        )
+        .ok_or_else(|| Error::Instances {
+            plugin: self.name.clone(),
+            limit,
+        })?;
         let store_limits: StoreLimits = StoreLimitsBuilder::new()
             .memory_size(options.limits.memory_bytes)
             .instances(16)
@@ -102,7 +113,7 @@ impl PluginComponent {
         })?;
         Ok(PluginInstance {
             name: self.name.clone(),
-            _live: LiveInstance::new(&self.engine.live_instances),
+            _live: live,
             store,
             plugin,
             deadline_ticks,

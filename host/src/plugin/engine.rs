@@ -25,6 +25,8 @@ pub struct PluginEngine {
     pub(super) engine: Engine,
     linker: Arc<Linker<HostState>>,
     pub(super) live_instances: Arc<std::sync::atomic::AtomicUsize>,
+    /// Instances alive per plugin name, across its versions.
+    per_plugin: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>>,
     _ticker: Arc<Ticker>,
 }
 
@@ -58,7 +60,8 @@ pub struct EngineOptions {
     pub cache_dir: Option<PathBuf>,
     /// Preallocate slots for this many live plugin instances (wasmtime's pooling
     /// allocator): instantiation, and so restarts and reloads, then cost no
-    /// mmap calls. `None` allocates on demand.
+    /// mmap calls. The slots are shared by every plugin, so one plugin's
+    /// instances can take what another needs; `None` allocates on demand.
     pub pooled_instances: Option<u32>,
 }
 
@@ -127,6 +130,7 @@ impl PluginEngine {
             engine,
             linker: Arc::new(linker),
             live_instances: Arc::default(),
+            per_plugin: Arc::default(),
             _ticker: Arc::new(Ticker {
                 stop,
                 thread: Some(thread),
@@ -140,17 +144,31 @@ impl PluginEngine {
         self.live_instances.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Compiles the component in `path`; the plugin is named after the file stem.
+    /// The count of live instances of plugin `name`.
+    pub(super) fn plugin_instances(&self, name: &str) -> Arc<std::sync::atomic::AtomicUsize> {
+        let mut counts = self
+            .per_plugin
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(counts.entry(name.to_owned()).or_default())
+    }
+
+    /// Compiles the component in `path` (at most the default
+    /// [`Limits::module_bytes`](crate::limits::Limits::module_bytes)); the
+    /// plugin is named after the file stem.
     ///
     /// # Errors
     ///
     /// [`Error::Compile`] when the file cannot be read or is not a component, and
     /// [`Error::Link`] when it does not implement the plugin world.
     pub fn load_file(&self, path: &Path) -> Result<PluginComponent> {
-        let bytes = crate::file::read_regular(path, crate::file::MAX_MODULE_BYTES).map_err(|error| Error::Compile {
-            path: path.to_owned(),
-            source: error.into(),
-        })?;
+        let bytes =
+            crate::file::read_regular(path, crate::limits::Limits::default().module_bytes).map_err(|error| {
+                Error::Compile {
+                    path: path.to_owned(),
+                    source: error.into(),
+                }
+            })?;
         self.load_file_bytes(path, &bytes)
     }
 

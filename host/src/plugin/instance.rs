@@ -2,6 +2,7 @@
 //! `reconcile`) under the call deadline, poisoned after a trap.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kube::api::GroupVersionKind;
@@ -21,19 +22,34 @@ pub(super) enum Exports {
     Controller(controller_bindings::Controller),
 }
 
-/// Counts an instance as alive until it is dropped.
-pub(super) struct LiveInstance(Arc<std::sync::atomic::AtomicUsize>);
+/// Counts an instance as alive, in the engine and for its plugin, until it is
+/// dropped.
+pub(super) struct LiveInstance {
+    engine: Arc<AtomicUsize>,
+    plugin: Arc<AtomicUsize>,
+}
 
 impl LiveInstance {
-    pub(super) fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
-        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self(Arc::clone(count))
+    /// Counts one more instance of a plugin with `alive` instances, unless it
+    /// has `limit` already.
+    pub(super) fn new(engine: &Arc<AtomicUsize>, alive: Arc<AtomicUsize>, limit: usize) -> Option<Self> {
+        alive
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |alive| {
+                (alive < limit).then_some(alive + 1)
+            })
+            .ok()?;
+        engine.fetch_add(1, Ordering::Relaxed);
+        Some(Self {
+            engine: Arc::clone(engine),
+            plugin: alive,
+        })
     }
 }
 
 impl Drop for LiveInstance {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.engine.fetch_sub(1, Ordering::Relaxed);
+        self.plugin.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -118,6 +118,14 @@ pub enum Error {
         /// The plugin's message.
         message: String,
     },
+    /// The plugin has as many instances alive as its limit allows.
+    #[error("{plugin}: {limit} instances alive already (limits.max-instances)")]
+    Instances {
+        /// The plugin's name.
+        plugin: String,
+        /// Its limit.
+        limit: usize,
+    },
     /// The instance trapped earlier and cannot be called any more.
     #[error("{0}: the instance is poisoned by an earlier trap")]
     Poisoned(String),

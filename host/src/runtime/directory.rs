@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::Error;
-use crate::file::{FileError, MAX_MODULE_BYTES, read_regular};
+use crate::file::{FileError, read_regular};
+use crate::limits::Limits;
 use crate::manifest::{self, Manifest};
 use crate::plugin::{digest, plugin_name};
 
@@ -26,7 +27,8 @@ pub(super) struct Fingerprint {
 pub(super) struct PluginFiles {
     /// The `.wasm` file.
     pub(super) file: PathBuf,
-    /// Its bytes, or why they were not read (not a regular file, too large).
+    /// Its bytes, or why they were not read (not a regular file, over the
+    /// manifest's `module-mib`).
     pub(super) bytes: Result<Vec<u8>, FileError>,
     /// Its identity.
     pub(super) fingerprint: Fingerprint,
@@ -89,7 +91,12 @@ pub(super) fn scan(dir: &Path) -> Result<BTreeMap<String, PluginFiles>, Error> {
             Ok(None) => (None, Ok(Manifest::default())),
             Err(error) => (Some(format!("unreadable: {error}")), Err(error)),
         };
-        let bytes = match read_regular(&file, MAX_MODULE_BYTES) {
+        // The manifest's limit, or the default one when it is broken (the
+        // plugin is refused for its manifest anyway).
+        let limit = manifest
+            .as_ref()
+            .map_or(Limits::default().module_bytes, |manifest| manifest.limits.module_bytes);
+        let bytes = match read_regular(&file, limit) {
             Ok(bytes) => Ok(bytes),
             Err(error) if error.is_not_found() => continue,
             Err(error) => Err(error),

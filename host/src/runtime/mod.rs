@@ -112,6 +112,29 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A step of loading the plugin took longer than its limit.
+    #[error("{plugin}: {step} took longer than {} ms ({key}){detail}", limit.as_millis())]
+    Timeout {
+        /// The plugin.
+        plugin: String,
+        /// `compiling the plugin file`, `syncing its caches`.
+        step: &'static str,
+        /// The limit.
+        limit: Duration,
+        /// The manifest key of the limit.
+        key: &'static str,
+        /// What is known of why, starting with `: `; empty when nothing is.
+        detail: String,
+    },
+    /// The status endpoint's address could not be bound.
+    #[error("cannot serve the status at {address}")]
+    Status {
+        /// The address.
+        address: std::net::SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The worker thread could not be started.
     #[error("{plugin}: cannot start its worker thread")]
     Thread {
@@ -145,6 +168,10 @@ pub struct RuntimeConfig {
     /// ...or at the latest this long after the first change, so a file written
     /// continuously cannot starve reloading.
     pub max_wait: Duration,
+    /// Serve the plugins' status at `GET /plugins` here, from before the
+    /// first plugin loads (port 0: any free port, see
+    /// [`Runtime::status_address`]).
+    pub status_address: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -158,20 +185,23 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("watch", &self.watch)
             .field("quiet", &self.quiet)
             .field("max_wait", &self.max_wait)
+            .field("status_address", &self.status_address)
             .finish()
     }
 }
 
 impl RuntimeConfig {
-    /// The plugins of `dir`, watched for changes, with a pool of 64 instances
-    /// and no disk cache.
+    /// The plugins of `dir`, watched for changes, with no disk cache, and
+    /// instances allocated on demand: no pool that one plugin's instances
+    /// could use up for the others (each plugin is held to its own
+    /// `limits.max-instances`).
     #[must_use]
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             plugins: dir.into(),
             engine: EngineOptions {
                 cache_dir: None,
-                pooled_instances: Some(64),
+                pooled_instances: None,
             },
             namespace: None,
             log_sink: None,
@@ -179,7 +209,15 @@ impl RuntimeConfig {
             watch: true,
             quiet: Duration::from_millis(200),
             max_wait: Duration::from_secs(2),
+            status_address: None,
         }
+    }
+
+    /// Sets [`RuntimeConfig::status_address`].
+    #[must_use]
+    pub fn status_address(mut self, address: std::net::SocketAddr) -> Self {
+        self.status_address = Some(address);
+        self
     }
 
     /// Sets [`RuntimeConfig::watch`].
@@ -237,14 +275,16 @@ impl std::fmt::Debug for Runtime {
 
 impl Runtime {
     /// Starts every plugin of the directory against the cluster `client` talks
-    /// to, then (with [`RuntimeConfig::watch`]) follows the directory. A plugin
-    /// that cannot start is logged and shows as [`PluginState::Failed`] in
+    /// to, then (with [`RuntimeConfig::watch`]) follows the directory. Returns
+    /// once every plugin was tried, as [`Runtime::reconcile`] does; the status
+    /// endpoint, when configured, answers from the start. A plugin that cannot
+    /// start is logged and shows as [`PluginState::Failed`] in
     /// [`Runtime::status`].
     ///
     /// # Errors
     ///
-    /// When the engine cannot be set up, or the directory cannot be read or
-    /// watched.
+    /// When the engine cannot be set up, the directory cannot be read or
+    /// watched, or the status address cannot be bound.
     pub async fn start(client: kube::Client, config: RuntimeConfig) -> Result<Self, Error> {
         let engine = PluginEngine::with_options(&config.engine)?;
         let reconciler = Arc::new(Reconciler::new(
@@ -270,7 +310,9 @@ impl Runtime {
                     let weak = weak.clone();
                     async move {
                         let Some(reconciler) = weak.upgrade() else { return false };
-                        reconciler.reconcile().await;
+                        // The loads go on by themselves: the next change is
+                        // not held up by a plugin slow to load.
+                        drop(reconciler.reconcile().await);
                         true
                     }
                 },
@@ -278,15 +320,42 @@ impl Runtime {
         } else {
             None
         };
-        reconciler.reconcile().await;
-        Ok(Self { reconciler, watcher })
+        let runtime = Self { reconciler, watcher };
+        if let Some(address) = config.status_address {
+            let bound = runtime
+                .serve_status(address)
+                .await
+                .map_err(|source| Error::Status { address, source })?;
+            *runtime
+                .reconciler
+                .status_address
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(bound);
+        }
+        runtime.reconcile().await;
+        Ok(runtime)
     }
 
     /// Brings the running plugins in line with the directory now: loads new
-    /// files, reloads changed files and manifests, unloads removed files. The
-    /// directory watch does this by itself; call it to apply a change at once.
+    /// files, reloads changed files and manifests, unloads removed files, and
+    /// returns once each plugin of the directory was tried (each load is
+    /// bounded by its plugin's limits, and the plugins load side by side). The
+    /// directory watch does this by itself without waiting; call it to apply a
+    /// change at once.
     pub async fn reconcile(&self) {
-        self.reconciler.reconcile().await;
+        for load in self.reconciler.reconcile().await {
+            load.wait().await;
+        }
+    }
+
+    /// Where the status endpoint of [`RuntimeConfig::status_address`] listens.
+    #[must_use]
+    pub fn status_address(&self) -> Option<std::net::SocketAddr> {
+        *self
+            .reconciler
+            .status_address
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The status of every plugin, by name.

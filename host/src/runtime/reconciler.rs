@@ -1,6 +1,12 @@
 //! The directory reconciler: brings the running plugins in line with what the
 //! plugin directory holds — loads new files, prepares changed ones beside the
 //! running version and hands them to its worker, unloads removed ones.
+//!
+//! Each plugin loads in a task of its own (compile, `init`, informers, cache
+//! sync), each step under its limit, so a plugin that is slow to load delays
+//! only itself: the scan, the other plugins' loads and the status go on. A
+//! plugin compiles one file at a time: a compile past its limit is abandoned,
+//! but the plugin's next compile waits for it to end.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,6 +34,36 @@ struct Plugin {
     component: Option<PluginComponent>,
     /// The worker, while one runs.
     worker: Option<WorkerHandle>,
+    /// The load in progress, if one is.
+    loading: Option<Loading>,
+    /// Held by the plugin's compile, until the compiler returns.
+    compiling: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A load of one version of a plugin, running as a task of its own.
+struct Loading {
+    fingerprint: Fingerprint,
+    task: tokio::task::AbortHandle,
+    done: Done,
+}
+
+/// Ends (its sender dropped) when a load ends, however it ends.
+#[derive(Clone)]
+pub(super) struct Done(tokio::sync::watch::Receiver<()>);
+
+impl Done {
+    /// Waits for the load to end.
+    pub(super) async fn wait(mut self) {
+        while self.0.changed().await.is_ok() {}
+    }
+}
+
+/// What a load takes from its plugin's record.
+struct Load {
+    status: SharedStatus,
+    /// The component of the last file that compiled.
+    component: Option<PluginComponent>,
+    compiling: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The runtime's shared part: what every plugin of the directory runs with, and
@@ -45,6 +81,8 @@ pub(super) struct Reconciler {
     /// Held while the directory is reconciled: one reconciliation at a time.
     reconciling: tokio::sync::Mutex<()>,
     pub(super) stop: tokio::sync::watch::Sender<bool>,
+    /// Where the status endpoint listens, when the runtime serves one.
+    pub(super) status_address: Mutex<Option<std::net::SocketAddr>>,
 }
 
 impl Reconciler {
@@ -69,6 +107,7 @@ impl Reconciler {
             plugins: Mutex::new(BTreeMap::new()),
             reconciling: tokio::sync::Mutex::new(()),
             stop: tokio::sync::watch::channel(false).0,
+            status_address: Mutex::new(None),
         }
     }
 
@@ -92,8 +131,11 @@ impl Reconciler {
             .collect()
     }
 
-    /// Brings the plugins in line with the directory.
-    pub(super) async fn reconcile(&self) {
+    /// Brings the plugins in line with the directory: unloads removed plugins
+    /// and starts a load of each new or changed one (a load of an older
+    /// version still running is dropped). Returns the loads now running for
+    /// the directory's versions, without waiting for them.
+    pub(super) async fn reconcile(self: &Arc<Self>) -> Vec<Done> {
         let _one_at_a_time = self.reconciling.lock().await;
         let wanted = match directory::scan(&self.dir) {
             Ok(wanted) => wanted,
@@ -116,39 +158,85 @@ impl Reconciler {
         for plugin in removed {
             let name = update(&plugin.status, |status| status.name.clone());
             tracing::info!(plugin = %name, "plugin file removed: draining and unloading");
+            if let Some(loading) = plugin.loading {
+                loading.task.abort();
+            }
             if let Some(worker) = plugin.worker {
                 let _ = worker.commands.send(Command::Unload);
                 drop(tokio::task::spawn_blocking(move || worker.thread.join()));
             }
         }
 
+        let mut loads = Vec::new();
         for (name, files) in wanted {
-            let (status, applied, component) = {
-                let mut plugins = self.plugins();
-                let plugin = plugins.entry(name.clone()).or_insert_with(|| Plugin {
-                    status: Arc::new(Mutex::new(PluginStatus::new(&files.file))),
-                    applied: None,
-                    component: None,
-                    worker: None,
-                });
-                (
-                    Arc::clone(&plugin.status),
-                    plugin.applied.clone(),
-                    plugin.component.clone(),
-                )
-            };
-            update(&status, |status| {
+            let mut plugins = self.plugins();
+            let plugin = plugins.entry(name.clone()).or_insert_with(|| Plugin {
+                status: Arc::new(Mutex::new(PluginStatus::new(&files.file))),
+                applied: None,
+                component: None,
+                worker: None,
+                loading: None,
+                compiling: Arc::default(),
+            });
+            update(&plugin.status, |status| {
                 status.desired_digest = Some(files.fingerprint.digest.clone());
             });
-            if applied.as_ref() == Some(&files.fingerprint) {
+            if plugin.applied.as_ref() == Some(&files.fingerprint) {
                 continue;
             }
-            self.apply(&name, files, &status, component).await;
+            if let Some(loading) = &plugin.loading {
+                if loading.fingerprint == files.fingerprint {
+                    loads.push(loading.done.clone());
+                    continue;
+                }
+                tracing::info!(plugin = %name, "plugin file changed while loading: loading the new one instead");
+                loading.task.abort();
+            }
+            let (finished, done) = tokio::sync::watch::channel(());
+            let fingerprint = files.fingerprint.clone();
+            let loading = fingerprint.clone();
+            let load = Load {
+                status: Arc::clone(&plugin.status),
+                component: plugin.component.clone(),
+                compiling: Arc::clone(&plugin.compiling),
+            };
+            let reconciler = Arc::clone(self);
+            let task = tokio::spawn(async move {
+                let _finished = finished;
+                reconciler.apply(&name, files, load).await;
+                reconciler.loaded(&name, &fingerprint);
+            });
+            let done = Done(done);
+            loads.push(done.clone());
+            plugin.loading = Some(Loading {
+                fingerprint: loading,
+                task: task.abort_handle(),
+                done,
+            });
+        }
+        loads
+    }
+
+    /// Forgets the load of `fingerprint` once it ended (not a newer one).
+    fn loaded(&self, name: &str, fingerprint: &Fingerprint) {
+        if let Some(plugin) = self.plugins().get_mut(name)
+            && plugin
+                .loading
+                .as_ref()
+                .is_some_and(|loading| &loading.fingerprint == fingerprint)
+        {
+            plugin.loading = None;
         }
     }
 
     /// Loads a new version of a plugin and hands it to its worker (or starts one).
-    async fn apply(&self, name: &str, files: PluginFiles, status: &SharedStatus, component: Option<PluginComponent>) {
+    async fn apply(&self, name: &str, files: PluginFiles, load: Load) {
+        let Load {
+            status,
+            component,
+            compiling,
+        } = load;
+        let status = &status;
         let reload = self.plugins().get(name).is_some_and(|plugin| plugin.applied.is_some());
         let started = Instant::now();
         let PluginFiles {
@@ -177,8 +265,27 @@ impl Reconciler {
             Some(component) => component,
             None => {
                 let engine = self.engine.clone();
-                let compiling = file.clone();
-                match blocking(move || engine.load_file_bytes(&compiling, &bytes)).await {
+                let path = file.clone();
+                // One compile per plugin at a time: the lock goes with the
+                // compile, which cannot be interrupted, until it returns.
+                let turn = compiling.lock_owned().await;
+                let compile = blocking(move || {
+                    let _turn = turn;
+                    engine.load_file_bytes(&path, &bytes)
+                });
+                let limit = manifest.limits.compile_timeout;
+                let Ok(compiled) = tokio::time::timeout(limit, compile).await else {
+                    let error = Error::Timeout {
+                        plugin: name.to_owned(),
+                        step: "compiling the plugin file",
+                        limit,
+                        key: "limits.compile-timeout-ms",
+                        detail: String::new(),
+                    };
+                    self.reject(name, &fingerprint, status, &error, reload);
+                    return;
+                };
+                match compiled {
                     Ok(component) => component,
                     Err(error) => {
                         // A file still being written fails to compile: wait for it.

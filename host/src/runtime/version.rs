@@ -2,7 +2,9 @@
 //! registration reviewed, informers started and synced) and ready to take
 //! deltas; and the listener queues a version reads them from.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+
+use kube::api::GroupVersionKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +14,7 @@ use crate::caches::Caches;
 use crate::cluster::{Cluster, WriteObserver, WriteRecord};
 use crate::delta::Delta;
 use crate::grant::{Refusal, Scope};
-use crate::indexer::Indexer;
+use crate::indexer::{IndexLease, Indexer};
 use crate::informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
 use crate::manifest::Manifest;
 use crate::plugin::{LogSink, PluginComponent, PluginInstance, PluginOptions};
@@ -26,6 +28,8 @@ pub(super) struct Version {
     options: PluginOptions,
     caches: Caches,
     informers: Vec<(SharedIndexInformer, bool)>,
+    /// The indexes it declared, dropped with it when no other plugin holds them.
+    _indexes: Vec<IndexLease>,
     listener_options: ListenerOptions,
     pub(super) registration: Registration,
     pub(super) refused: Vec<Refusal>,
@@ -92,6 +96,12 @@ impl Version {
         for refusal in &review.refused {
             tracing::warn!(plugin = %name, %refusal, "registration refused in part");
         }
+        if let Some(reason) = review.over_limits(&manifest.limits) {
+            return Err(Error::Registration {
+                plugin: name.to_owned(),
+                reason,
+            });
+        }
         let mut informers: Vec<(SharedIndexInformer, bool)> = Vec::new();
         for subscription in &review.subscriptions {
             let mut key = InformerKey::new(subscription.gvk.clone());
@@ -104,19 +114,35 @@ impl Version {
                 plugin: name.to_owned(),
                 source: Box::new(source),
             })?;
-            if caches.get(&subscription.gvk).is_none() {
-                caches.insert(subscription.gvk.clone(), informer.cache());
-            }
             informers.push((informer, subscription.deliver));
         }
+        // Its indexes, held while this version lives, by the names it gave
+        // them: another plugin's index of the same name is another index.
+        let mut aliases: HashMap<GroupVersionKind, HashMap<String, String>> = HashMap::new();
+        let mut indexes = Vec::new();
         for index in &review.indexes {
             if let Some((informer, _)) = informers.iter().find(|(informer, _)| informer.key().gvk == index.gvk) {
-                informer
-                    .add_index(&index.name, &index.field_path)
+                let lease = informer
+                    .cache()
+                    .lease_index(&index.field_path)
                     .map_err(|error| Error::Registration {
                         plugin: name.to_owned(),
                         reason: error.to_string(),
                     })?;
+                aliases
+                    .entry(index.gvk.clone())
+                    .or_default()
+                    .insert(index.name.clone(), lease.name().to_owned());
+                indexes.push(lease);
+            }
+        }
+        let cache_of = |informer: &SharedIndexInformer| {
+            let gvk = &informer.key().gvk;
+            informer.cache().aliased(aliases.get(gvk).cloned().unwrap_or_default())
+        };
+        for (informer, _) in &informers {
+            if caches.get(&informer.key().gvk).is_none() {
+                caches.insert(informer.key().gvk.clone(), cache_of(informer));
             }
         }
         let controller = match (&registration.controller, review.controller) {
@@ -134,9 +160,9 @@ impl Version {
             (Some(_), Some(spec)) => informers
                 .iter()
                 .find(|(informer, _)| informer.key().gvk == spec.primary)
-                .map(|(informer, _)| (spec.clone(), informer.cache().scoped(grant.namespaces()))),
+                .map(|(informer, _)| (spec.clone(), cache_of(informer).scoped(grant.namespaces()))),
         };
-        wait_for_sync(name, &informers).await;
+        wait_for_sync(name, &informers, manifest.limits.sync_timeout).await?;
         let listener_options = ListenerOptions::default()
             .queue_capacity(manifest.limits.queue_capacity)
             .scope(grant.namespaces().clone());
@@ -146,6 +172,7 @@ impl Version {
             options,
             caches,
             informers,
+            _indexes: indexes,
             listener_options,
             registration,
             refused: review.refused,
@@ -207,22 +234,41 @@ pub(super) struct Feed {
 
 /// Like client-go's `WaitForCacheSync`: nothing is delivered before every cache
 /// the plugin registered for has synced, so its first deltas can rely on its
-/// cache queries; a running older version serves meanwhile.
-async fn wait_for_sync(name: &str, informers: &[(SharedIndexInformer, bool)]) {
+/// cache queries; a running older version serves meanwhile. A cache that has
+/// not synced within `limit` fails the version with what the server answered.
+async fn wait_for_sync(name: &str, informers: &[(SharedIndexInformer, bool)], limit: Duration) -> Result<(), Error> {
     let waiting = Instant::now();
     let mut reported = Duration::ZERO;
-    while !informers.iter().all(|(informer, _)| informer.has_synced()) {
+    let pending = || informers.iter().filter(|(informer, _)| !informer.has_synced());
+    while pending().next().is_some() {
+        if waiting.elapsed() >= limit {
+            let detail: Vec<String> = pending()
+                .map(|(informer, _)| {
+                    let kind = &informer.key().gvk.kind;
+                    match informer.last_error() {
+                        Some(error) => format!("{kind}: {error}"),
+                        None => format!("{kind}: no answer yet"),
+                    }
+                })
+                .collect();
+            return Err(Error::Timeout {
+                plugin: name.to_owned(),
+                step: "syncing its caches",
+                limit,
+                key: "limits.sync-timeout-ms",
+                detail: format!(": {}", detail.join("; ")),
+            });
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
         if waiting.elapsed() >= reported + Duration::from_secs(10) {
             reported = waiting.elapsed();
-            let pending: Vec<&str> = informers
-                .iter()
-                .filter(|(informer, _)| !informer.has_synced())
+            let kinds: Vec<&str> = pending()
                 .map(|(informer, _)| informer.key().gvk.kind.as_str())
                 .collect();
-            tracing::info!(plugin = %name, ?pending, waited_s = reported.as_secs(), "waiting for caches to sync");
+            tracing::info!(plugin = %name, pending = ?kinds, waited_s = reported.as_secs(), "waiting for caches to sync");
         }
     }
+    Ok(())
 }
 
 /// Runs blocking plugin work (compiling, `init`) off the async threads.

@@ -16,6 +16,9 @@
 //!   list in that namespace, by index, index values), logging what it saw, and
 //!   logs each delta's key.
 //! - `print`: writes each delta's key to stdout and a line to stderr.
+//! - `squat`: declares its index `node` on another field (`status.hostIP`)
+//!   than node-watcher's, and behaves.
+//! - `indexes=N`: declares `N` indexes, and behaves.
 //! - `record=LABEL`: behaves, logging `LABEL TYPE KEY RV` for every delta
 //!   (`initial` appended for initial-list deltas), so tests can tell which
 //!   version handled what.
@@ -42,9 +45,17 @@ impl Handler for Hostile {
         if mode == "refuse" {
             return Err(Error::msg("refusing to start, as configured"));
         }
-        let registration = Registration::new("hostile", env!("CARGO_PKG_VERSION"))
-            .watch(gvk.clone())
-            .index(gvk.clone(), "node", "spec.nodeName");
+        let mut registration = Registration::new("hostile", env!("CARGO_PKG_VERSION")).watch(gvk.clone());
+        registration = match mode.split_once('=') {
+            _ if mode == "squat" => registration.index(gvk.clone(), "node", "status.hostIP"),
+            Some(("indexes", count)) => {
+                let count: u32 = count.parse().map_err(|_| Error::msg(format!("bad count {count:?}")))?;
+                (0..count).fold(registration, |registration, i| {
+                    registration.index(gvk.clone(), format!("i{i}"), format!("metadata.labels.l{i}"))
+                })
+            }
+            _ => registration.index(gvk.clone(), "node", "spec.nodeName"),
+        };
         let plugin = Self {
             mode: mode.to_owned(),
             gvk,

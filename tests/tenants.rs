@@ -1,0 +1,159 @@
+//! A tenant's plugin that is slow to load, or that grabs indexes, hurts only
+//! itself: loads run side by side under their limits, the status endpoint
+//! answers from the start, and index names belong to the plugin that declared
+//! them.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::time::{Duration, Instant};
+
+use apiserver_sim::workload::Workload;
+use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
+use kinformer_tests::runtime::{Logs, cluster, install, status, until};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// The plugins as the status endpoint at `address` shows them.
+async fn served_status(address: std::net::SocketAddr) -> Option<serde_json::Value> {
+    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+    stream
+        .write_all(b"GET /plugins HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    serde_json::from_str(response.split_once("\r\n\r\n")?.1).ok()
+}
+
+fn state_in(served: &serde_json::Value, name: &str) -> Option<String> {
+    served
+        .as_array()?
+        .iter()
+        .find(|plugin| plugin["name"] == name)
+        .and_then(|plugin| plugin["state"].as_str().map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_slow_to_load_delays_only_itself_and_fails_at_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Its caches never sync: the server forbids ConfigMaps, as RBAC would.
+    install(
+        d,
+        "stuck",
+        "delta-logger.wasm",
+        Some("config = \"v1/ConfigMap\"\n[limits]\nsync-timeout-ms = 8000\n"),
+    );
+    // Its file takes far longer to compile than its limit.
+    install(
+        d,
+        "slow",
+        "hpa-advisor.wasm",
+        Some("[limits]\ncompile-timeout-ms = 100\n"),
+    );
+    let (server, churn, client) = cluster(&Workload::default().seed(5).size(1, 1, 3)).await;
+    server.faults().forbid("configmaps");
+    let address = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let logs = Logs::default();
+    let config = RuntimeConfig::new(d).log_sink(logs.sink()).status_address(address);
+    let started = Instant::now();
+    let starting = tokio::spawn(Runtime::start(client, config));
+
+    // The status answers while `stuck` is still loading.
+    let mut served = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while served.is_none() && Instant::now() < deadline {
+        served = served_status(address).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let served = served.expect("the status endpoint answers during start-up");
+    assert_eq!(state_in(&served, "stuck").as_deref(), Some("Starting"), "{served}");
+
+    // A well-behaved plugin dropped in meanwhile runs within a few seconds.
+    let dropped = Instant::now();
+    install(d, "pods", "delta-logger.wasm", None);
+    let mut running = false;
+    while !running && dropped.elapsed() < Duration::from_secs(6) {
+        if let Some(served) = served_status(address).await {
+            running = state_in(&served, "pods").as_deref() == Some("Running");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        running,
+        "the neighbour was not running {:?} after it was dropped in",
+        dropped.elapsed()
+    );
+    assert!(!starting.is_finished(), "start returned before `stuck` was done with");
+
+    let runtime = starting.await.unwrap().unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(8));
+    let statuses = runtime.status();
+    let stuck = status(&statuses, "stuck");
+    assert_eq!(stuck.state, PluginState::Failed, "{stuck:#?}");
+    let error = stuck.load_error.as_deref().unwrap();
+    assert!(
+        error.contains("syncing its caches took longer than 8000 ms (limits.sync-timeout-ms)")
+            && error.contains("ConfigMap")
+            && error.contains("forbidden"),
+        "{error}"
+    );
+    let slow = status(&statuses, "slow");
+    assert_eq!(slow.state, PluginState::Failed, "{slow:#?}");
+    let error = slow.load_error.as_deref().unwrap();
+    assert!(
+        error.contains("compiling the plugin file took longer than 100 ms (limits.compile-timeout-ms)"),
+        "{error}"
+    );
+    assert!(!logs.of("pods").is_empty(), "the neighbour handled nothing");
+    // Neither failed plugin holds an informer: only the neighbour's runs.
+    assert_eq!(runtime.running_informers(), 1);
+    runtime.shutdown().await;
+    churn.abort();
+    server.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_names_belong_to_each_plugin_and_a_plugin_over_its_index_limit_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Declares `node` first (by name order), on another field.
+    install(d, "a-squatter", "hostile.wasm", Some("config = \"squat\"\n"));
+    install(d, "node-watcher", "node-watcher.wasm", None);
+    install(d, "hoarder", "hostile.wasm", Some("config = \"indexes=17\"\n"));
+    let (server, churn, client) = cluster(&Workload::default().seed(6).size(1, 2, 3)).await;
+    let logs = Logs::default();
+    let runtime = Runtime::start(client, RuntimeConfig::new(d).log_sink(logs.sink()))
+        .await
+        .unwrap();
+
+    until("the squatter and node-watcher to run", Duration::from_secs(10), || {
+        let statuses = runtime.status();
+        ["a-squatter", "node-watcher"]
+            .iter()
+            .all(|name| status(&statuses, name).state == PluginState::Running)
+    })
+    .await;
+    let statuses = runtime.status();
+    let hoarder = status(&statuses, "hoarder");
+    assert_eq!(hoarder.state, PluginState::Failed, "{hoarder:#?}");
+    assert!(
+        hoarder
+            .load_error
+            .as_deref()
+            .unwrap()
+            .contains("17 indexes, over the limit of 16 (limits.max-indexes)"),
+        "{hoarder:#?}"
+    );
+    // node-watcher's `node` is its own: by node name, not by the squatter's field.
+    until("node-watcher to count pods by node", Duration::from_secs(20), || {
+        logs.of("node-watcher")
+            .iter()
+            .any(|line| line.contains(" pods on node-"))
+    })
+    .await;
+    runtime.shutdown().await;
+    churn.abort();
+    server.shutdown();
+}
