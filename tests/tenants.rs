@@ -157,3 +157,31 @@ async fn index_names_belong_to_each_plugin_and_a_plugin_over_its_index_limit_doe
     churn.abort();
     server.shutdown();
 }
+
+#[test]
+fn check_reports_what_a_plugin_would_hit_of_its_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    install(d, "hoarder", "hostile.wasm", Some("config = \"indexes=17\"\n"));
+    let report = kinformer_cli::check::check(&d.join("hoarder.wasm"), None)
+        .unwrap()
+        .to_string();
+    assert!(report.contains("(limit 134217728), compiled in "), "{report}");
+    assert!(
+        report.contains("1 subscriptions (limit 16), 17 indexes (limit 16)"),
+        "{report}"
+    );
+    assert!(
+        report.contains("OVER LIMITS: 17 indexes, over the limit of 16 (limits.max-indexes)"),
+        "{report}"
+    );
+
+    std::fs::write(d.join("huge.wasm"), vec![0_u8; 2 << 20]).unwrap();
+    std::fs::write(d.join("huge.toml"), "[limits]\nmodule-mib = 1\n").unwrap();
+    let error = kinformer_cli::check::check(&d.join("huge.wasm"), None).unwrap_err();
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("limits.module-mib") && message.contains("over the limit of 1048576 bytes"),
+        "{message}"
+    );
+}

@@ -509,6 +509,27 @@ async fn injected_errors_answer_with_their_status_and_are_counted() {
 }
 
 #[tokio::test]
+async fn a_forbidden_resource_answers_403_on_every_path_until_allowed() {
+    let (server, client) = start(SimConfig::default()).await;
+    let in_default: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let everywhere: Api<ConfigMap> = Api::all(client.clone());
+    let deployments: Api<Deployment> = Api::default_namespaced(client);
+    server.faults().forbid("configmaps");
+    for error in [
+        in_default.list(&ListParams::default()).await.unwrap_err(),
+        everywhere.list(&ListParams::default()).await.unwrap_err(),
+        in_default.get("x").await.unwrap_err(),
+    ] {
+        assert_eq!(api_code(error), 403);
+    }
+    // Other resources are served.
+    deployments.list(&ListParams::default()).await.unwrap();
+    server.faults().allow("configmaps");
+    in_default.list(&ListParams::default()).await.unwrap();
+    assert_eq!(server.faults().counts().failed_requests, 3);
+}
+
+#[tokio::test]
 async fn a_hung_watch_stays_open_and_silent_until_resumed() {
     let (server, client) = start(SimConfig::default()).await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
