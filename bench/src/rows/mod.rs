@@ -52,6 +52,13 @@ impl Sizes {
     }
 }
 
+/// The number a plugin logged as `NAME=NUMBER` among the words of `line`.
+fn logged_number(line: &str, name: &str) -> Option<f64> {
+    line.split(' ')
+        .find_map(|word| word.strip_prefix(name)?.strip_prefix('='))
+        .and_then(|value| value.parse().ok())
+}
+
 /// Runs the `selected` rows (all when none are), each measurement `repeat`
 /// times, into a table.
 pub(crate) async fn run(selected: &[u8], sizes: &Sizes, repeat: usize) -> anyhow::Result<Table> {

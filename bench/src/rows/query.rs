@@ -15,7 +15,7 @@ use kube::runtime::watcher;
 
 use crate::cluster::{pods_gvk, quiet_cluster, served_pods};
 use crate::consumers::probe;
-use crate::rows::Sizes;
+use crate::rows::{Sizes, logged_number};
 use crate::table::{Samples, Table, Unit, count};
 
 /// Row 5: get by key, a label selector and an index lookup, each side over the
@@ -73,12 +73,7 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> any
             .map_err(|_| anyhow::anyhow!("poisoned"))?
             .pop()
             .context("the probe logged no timings")?;
-        let field = |name: &str| -> f64 {
-            line.split(' ')
-                .find_map(|word| word.strip_prefix(&format!("{name}=")))
-                .and_then(|value| value.parse().ok())
-                .unwrap_or(f64::NAN)
-        };
+        let field = |name: &str| logged_number(&line, name).unwrap_or(f64::NAN);
         get.push(field("get_ns") / 1000.0);
         list.push(field("list_ns") / 1000.0);
         index.push(field("index_ns") / 1000.0);

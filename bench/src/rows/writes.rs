@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::cluster::quiet_cluster;
 use crate::consumers::kinformer_consumer;
-use crate::rows::Sizes;
+use crate::rows::{Sizes, logged_number};
 use crate::table::{Samples, Table, Unit};
 
 /// The writer plugin's name (its file stem), as its status shows it.
@@ -49,13 +49,8 @@ fn bench_line(runtime: &Runtime) -> anyhow::Result<Option<(u64, f64)>> {
     else {
         return Ok(None);
     };
-    let field = |name: &str| {
-        line.message
-            .split(' ')
-            .find_map(|word| word.strip_prefix(name)?.strip_prefix('='))
-            .and_then(|value| value.parse::<f64>().ok())
-            .with_context(|| format!("no {name} in {:?}", line.message))
-    };
+    let field =
+        |name: &str| logged_number(&line.message, name).with_context(|| format!("no {name} in {:?}", line.message));
     Ok(Some((field("failed")? as u64, field("ns")?)))
 }
 

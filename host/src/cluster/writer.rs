@@ -580,7 +580,6 @@ impl Writer {
     }
 }
 
-/// A JSON object as kube-rs sends it.
 /// The bytes of an object to create or replace, its metadata checked first
 /// (as kube's typed `Api` would).
 fn dynamic(object: &Value) -> Result<Vec<u8>, WriteError> {

@@ -263,6 +263,8 @@ pub type BatchObserver = Arc<dyn Fn(&str, &[Delta]) + Send + Sync>;
 pub struct Runtime {
     reconciler: Arc<Reconciler>,
     watcher: Option<tokio::task::JoinHandle<()>>,
+    /// Where the status endpoint of [`RuntimeConfig::status_address`] listens.
+    status_address: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -320,17 +322,17 @@ impl Runtime {
         } else {
             None
         };
-        let runtime = Self { reconciler, watcher };
+        let mut runtime = Self {
+            reconciler,
+            watcher,
+            status_address: None,
+        };
         if let Some(address) = config.status_address {
             let bound = runtime
                 .serve_status(address)
                 .await
                 .map_err(|source| Error::Status { address, source })?;
-            *runtime
-                .reconciler
-                .status_address
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(bound);
+            runtime.status_address = Some(bound);
         }
         runtime.reconcile().await;
         Ok(runtime)
@@ -351,11 +353,7 @@ impl Runtime {
     /// Where the status endpoint of [`RuntimeConfig::status_address`] listens.
     #[must_use]
     pub fn status_address(&self) -> Option<std::net::SocketAddr> {
-        *self
-            .reconciler
-            .status_address
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.status_address
     }
 
     /// The status of every plugin, by name.

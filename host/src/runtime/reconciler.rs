@@ -81,8 +81,6 @@ pub(super) struct Reconciler {
     /// Held while the directory is reconciled: one reconciliation at a time.
     reconciling: tokio::sync::Mutex<()>,
     pub(super) stop: tokio::sync::watch::Sender<bool>,
-    /// Where the status endpoint listens, when the runtime serves one.
-    pub(super) status_address: Mutex<Option<std::net::SocketAddr>>,
 }
 
 impl Reconciler {
@@ -107,7 +105,6 @@ impl Reconciler {
             plugins: Mutex::new(BTreeMap::new()),
             reconciling: tokio::sync::Mutex::new(()),
             stop: tokio::sync::watch::channel(false).0,
-            status_address: Mutex::new(None),
         }
     }
 
