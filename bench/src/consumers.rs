@@ -21,13 +21,14 @@ mod requests {
     include!("../../test-plugins/bench-probe/src/requests.rs");
 }
 
-/// Who consumes: kinformer, or a kube-rs reflector over typed pods or over
-/// `DynamicObject`.
+/// Who consumes: kinformer, a kube-rs reflector over typed pods or over
+/// `DynamicObject`, or the floor: the least any consumer of the stream does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 pub(crate) enum Side {
     Kinformer,
     KubePod,
     KubeDynamic,
+    Floor,
 }
 
 /// What a churn consumer's handler does with each pod.
@@ -88,6 +89,7 @@ pub(crate) async fn synced_cache(client: kube::Client, side: Side) -> anyhow::Re
                 _keep: Box::new((reader, task)),
             })
         }
+        Side::Floor => bail!("the floor consumer keeps no cache"),
         Side::KubeDynamic => {
             let resource = ApiResource::erase::<Pod>(&());
             let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
@@ -187,6 +189,7 @@ pub(crate) async fn consumer(client: kube::Client, side: Side, work: Work, plugi
             )
             .await
         }
+        Side::Floor => floor_consumer(client).await,
         Side::KubeDynamic => {
             let resource = ApiResource::erase::<Pod>(&());
             let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
@@ -279,6 +282,82 @@ where
         arrivals: vec![arrivals],
         runtime: None,
         _keep: vec![Box::new(AbortOnDrop(task)), Box::new(reader)],
+    })
+}
+
+/// The floor: one watch of every pod from the listed resourceVersion, each
+/// event framed in a reused buffer and parsed no further than any JSON
+/// consumer must (the envelope and the object's identity, borrowed), then
+/// dropped. No cache, no reconnects: the least CPU this stream costs.
+async fn floor_consumer(client: kube::Client) -> anyhow::Result<Consumer> {
+    use futures::AsyncBufReadExt as _;
+
+    #[derive(serde::Deserialize)]
+    struct Envelope<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: &'a str,
+        #[serde(borrow)]
+        object: Object<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Object<'a> {
+        #[serde(borrow)]
+        metadata: Meta<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta<'a> {
+        #[serde(borrow, default)]
+        name: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        namespace: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        uid: Option<&'a str>,
+        #[serde(borrow)]
+        resource_version: &'a str,
+    }
+
+    let pods = kube::core::Request::new("/api/v1/pods");
+    let listed: serde_json::Value = client
+        .request(pods.list(&kube::api::ListParams::default().limit(1))?)
+        .await?;
+    let version = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let watch = pods.watch(&kube::api::WatchParams::default().timeout(290), &version)?;
+    let mut lines = client.request_stream(watch).await?;
+    let arrivals = Arc::new(Mutex::new(Arrivals::default()));
+    let seen = Arc::clone(&arrivals);
+    let task = tokio::spawn(async move {
+        let mut line = Vec::with_capacity(16 * 1024);
+        loop {
+            line.clear();
+            if !matches!(lines.read_until(b'\n', &mut line).await, Ok(read) if read > 0) {
+                break;
+            }
+            let Ok(event) = serde_json::from_slice::<Envelope<'_>>(&line) else {
+                continue;
+            };
+            std::hint::black_box((
+                &event.kind,
+                &event.object.metadata.name,
+                &event.object.metadata.namespace,
+            ));
+            std::hint::black_box((event.object.metadata.uid, event.object.metadata.resource_version));
+            if event.kind == "MODIFIED"
+                && let Ok(text) = std::str::from_utf8(&line)
+                && let Some(sent) = sent_in_json(text)
+                && let Ok(mut arrivals) = seen.lock()
+            {
+                arrivals.record(sent);
+            }
+        }
+    });
+    Ok(Consumer {
+        arrivals: vec![arrivals],
+        runtime: None,
+        _keep: vec![Box::new(AbortOnDrop(task))],
     })
 }
 

@@ -68,6 +68,7 @@ impl PodController {
                 let api = kube::Api::<DynamicObject>::all_with(client, &resource);
                 Ok(kube_controller(api, resource))
             }
+            Side::Floor => anyhow::bail!("the floor consumer is no controller"),
         }
     }
 

@@ -5,6 +5,10 @@
 //! them ([`crate::registration::IndexSpec`]); the grant review checks them with
 //! [`check_definition`], the same rule the cache applies when one is added.
 
+use serde::de;
+
+use crate::object::Key;
+
 /// The built-in index of objects by namespace.
 pub const NAMESPACE_INDEX: &str = "namespace";
 /// The built-in index of objects by the uids of their owners.
@@ -53,11 +57,27 @@ impl FieldPath {
         Ok(Self { segments })
     }
 
-    /// The scalar values at this path (strings, numbers and booleans as strings).
+    /// The scalar values at this path in an object's JSON (strings, numbers and
+    /// booleans as strings); none when the JSON is malformed.
+    ///
+    /// Only the fields along the path are decoded: everything else is skipped
+    /// without being built, so indexing a field of a large object costs one scan
+    /// of its text.
     #[must_use]
-    pub fn values(&self, value: &serde_json::Value) -> Vec<String> {
+    pub fn values_in(&self, json: &str) -> Vec<String> {
         let mut found = Vec::new();
-        collect(value, &self.segments, &mut found);
+        let mut deserializer = serde_json::Deserializer::from_str(json);
+        if de::DeserializeSeed::deserialize(
+            Along {
+                path: &self.segments,
+                found: &mut found,
+            },
+            &mut deserializer,
+        )
+        .is_err()
+        {
+            found.clear();
+        }
         found
     }
 }
@@ -68,19 +88,91 @@ impl std::fmt::Display for FieldPath {
     }
 }
 
-fn collect(value: &serde_json::Value, path: &[String], found: &mut Vec<String>) {
-    use serde_json::Value;
-    match (value, path.split_first()) {
-        (Value::Array(items), _) => items.iter().for_each(|item| collect(item, path, found)),
-        (Value::Object(fields), Some((first, rest))) => {
-            if let Some(field) = fields.get(first) {
-                collect(field, rest, found);
+/// Walks a JSON value along `path`, collecting the scalars at its end; lists
+/// are entered element by element.
+struct Along<'p> {
+    path: &'p [String],
+    found: &'p mut Vec<String>,
+}
+
+impl<'de> de::DeserializeSeed<'de> for Along<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> de::Visitor<'de> for Along<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match self.path.split_first() {
+                Some((first, rest)) if key.as_str() == first => map.next_value_seed(Along {
+                    path: rest,
+                    found: &mut *self.found,
+                })?,
+                _ => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
             }
         }
-        (Value::String(s), None) => found.push(s.clone()),
-        (Value::Number(n), None) => found.push(n.to_string()),
-        (Value::Bool(b), None) => found.push(b.to_string()),
-        _ => {}
+        Ok(())
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        while items
+            .next_element_seed(Along {
+                path: self.path,
+                found: &mut *self.found,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.scalar(|| v.to_owned());
+        Ok(())
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.scalar(|| v.to_string());
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.scalar(|| v.to_string());
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.scalar(|| v.to_string());
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        // As serde_json prints the number it read.
+        self.scalar(|| serde_json::Number::from_f64(v).map_or_else(|| v.to_string(), |n| n.to_string()));
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+impl Along<'_> {
+    /// A scalar counts only at the end of the path.
+    fn scalar(self, value: impl FnOnce() -> String) {
+        if self.path.is_empty() {
+            self.found.push(value());
+        }
     }
 }
 
@@ -99,4 +191,47 @@ pub fn check_definition(name: &str, field_path: &str) -> Result<FieldPath, Index
         return invalid("taken by a built-in index");
     }
     FieldPath::parse(field_path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(path: &str, json: &str) -> Vec<String> {
+        FieldPath::parse(path).unwrap().values_in(json)
+    }
+
+    #[test]
+    fn a_path_finds_the_scalar_at_its_end() {
+        let pod =
+            r#"{"metadata":{"name":"a"},"spec":{"nodeName":"node-1","priority":7,"hostNetwork":true,"overhead":1.5}}"#;
+        assert_eq!(values("spec.nodeName", pod), ["node-1"]);
+        assert_eq!(values("spec.priority", pod), ["7"]);
+        assert_eq!(values("spec.hostNetwork", pod), ["true"]);
+        assert_eq!(values("spec.overhead", pod), ["1.5"]);
+        assert!(values("spec.missing", pod).is_empty());
+        assert!(
+            values("spec", pod).is_empty(),
+            "an object at the end of the path is no scalar"
+        );
+    }
+
+    #[test]
+    fn lists_along_the_path_are_entered_element_by_element() {
+        let pod = r#"{"spec":{"containers":[{"image":"a:1"},{"name":"x"},{"image":"b:2"}],"tags":["x","y",null]}}"#;
+        assert_eq!(values("spec.containers.image", pod), ["a:1", "b:2"]);
+        assert_eq!(values("spec.tags", pod), ["x", "y"]);
+    }
+
+    #[test]
+    fn escaped_names_and_values_are_decoded() {
+        let json = r#"{"sp\u0065c":{"node\"Name":"n\u00e9ud"}}"#;
+        assert_eq!(values("spec.node\"Name", json), ["n\u{e9}ud"]);
+    }
+
+    #[test]
+    fn malformed_json_has_no_values() {
+        assert!(values("spec.nodeName", r#"{"spec":{"nodeName":"n"}"#).is_empty());
+        assert!(values("spec.nodeName", "not json").is_empty());
+    }
 }

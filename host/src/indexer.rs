@@ -31,15 +31,11 @@ enum IndexFunc {
 }
 
 impl IndexFunc {
-    fn values(&self, object: &CachedObject, parsed: &mut Option<serde_json::Value>) -> Vec<String> {
+    fn values(&self, object: &CachedObject) -> Vec<String> {
         match self {
             Self::Namespace => object.namespace().map(str::to_owned).into_iter().collect(),
             Self::Owner => object.owner_uids().map(str::to_owned).collect(),
-            Self::Field(path) => {
-                let value = parsed
-                    .get_or_insert_with(|| serde_json::from_str(object.json()).unwrap_or(serde_json::Value::Null));
-                path.values(value)
-            }
+            Self::Field(path) => path.values_in(object.json()),
         }
     }
 }
@@ -50,6 +46,53 @@ type Keys = BTreeSet<Arc<str>>;
 struct Index {
     func: IndexFunc,
     values: BTreeMap<String, Keys>,
+    /// What a field index holds of each object, so that replacing or removing
+    /// it needs no second parse of the JSON it had.
+    held: HashMap<Arc<str>, Vec<String>>,
+}
+
+impl Index {
+    fn new(func: IndexFunc) -> Self {
+        Self {
+            func,
+            values: BTreeMap::new(),
+            held: HashMap::new(),
+        }
+    }
+
+    /// An index of `func` over `objects`.
+    fn over<'a>(func: IndexFunc, objects: impl IntoIterator<Item = (&'a Arc<str>, &'a Arc<CachedObject>)>) -> Self {
+        let mut index = Self::new(func);
+        for (key, object) in objects {
+            index.insert(key, object);
+        }
+        index
+    }
+
+    fn insert(&mut self, key: &Arc<str>, object: &CachedObject) {
+        let values = self.func.values(object);
+        for value in &values {
+            self.values.entry(value.clone()).or_default().insert(key.clone());
+        }
+        if matches!(self.func, IndexFunc::Field(_)) && !values.is_empty() {
+            self.held.insert(key.clone(), values);
+        }
+    }
+
+    fn remove(&mut self, key: &Arc<str>, object: &CachedObject) {
+        let values = match self.func {
+            IndexFunc::Field(_) => self.held.remove(key).unwrap_or_default(),
+            _ => self.func.values(object),
+        };
+        for value in &values {
+            remove_key(&mut self.values, value, key);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.values.clear();
+        self.held.clear();
+    }
 }
 
 #[derive(Debug, Default)]
@@ -63,23 +106,9 @@ struct Inner {
 }
 
 impl Inner {
-    /// What `func` indexes of every object, for a new index.
-    fn values_of(&self, func: &IndexFunc) -> BTreeMap<String, Keys> {
-        let mut values: BTreeMap<String, Keys> = BTreeMap::new();
-        for (key, object) in &self.objects {
-            for value in func.values(object, &mut None) {
-                values.entry(value).or_default().insert(key.clone());
-            }
-        }
-        values
-    }
-
     fn insert_into_indexes(&mut self, key: &Arc<str>, object: &CachedObject) {
-        let mut parsed = None;
         for index in self.indexes.values_mut() {
-            for value in index.func.values(object, &mut parsed) {
-                index.values.entry(value).or_default().insert(key.clone());
-            }
+            index.insert(key, object);
         }
         for (label, value) in object.labels() {
             let values = self.labels.entry(label.clone()).or_default();
@@ -88,11 +117,8 @@ impl Inner {
     }
 
     fn remove_from_indexes(&mut self, key: &Arc<str>, object: &CachedObject) {
-        let mut parsed = None;
         for index in self.indexes.values_mut() {
-            for value in index.func.values(object, &mut parsed) {
-                remove_key(&mut index.values, &value, key);
-            }
+            index.remove(key, object);
         }
         for (label, value) in object.labels() {
             if let Some(values) = self.labels.get_mut(label) {
@@ -145,13 +171,7 @@ fn remove_key(values: &mut BTreeMap<String, Keys>, value: &str, key: &Arc<str>) 
 pub fn indexer() -> (Indexer, IndexerWriter) {
     let mut inner = Inner::default();
     for (name, func) in [(NAMESPACE_INDEX, IndexFunc::Namespace), (OWNER_INDEX, IndexFunc::Owner)] {
-        inner.indexes.insert(
-            name.to_owned(),
-            Index {
-                func,
-                values: BTreeMap::new(),
-            },
-        );
+        inner.indexes.insert(name.to_owned(), Index::new(func));
     }
     let inner = Arc::new(RwLock::new(inner));
     (
@@ -256,9 +276,8 @@ impl Indexer {
         let name = format!("field:{field_path}");
         let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
         if !inner.indexes.contains_key(&name) {
-            let func = IndexFunc::Field(path);
-            let values = inner.values_of(&func);
-            inner.indexes.insert(name.clone(), Index { func, values });
+            let index = Index::over(IndexFunc::Field(path), &inner.objects);
+            inner.indexes.insert(name.clone(), index);
         }
         *inner.leases.entry(name.clone()).or_default() += 1;
         Ok(IndexLease {
@@ -487,7 +506,7 @@ impl IndexerWriter {
         let mut old = std::mem::take(&mut inner.objects);
         inner.labels.clear();
         for index in inner.indexes.values_mut() {
-            index.values.clear();
+            index.clear();
         }
         for object in objects {
             let key: Arc<str> = Arc::from(object.key());
@@ -510,8 +529,8 @@ fn add_index(inner: &RwLock<Inner>, name: &str, field_path: &str) -> Result<(), 
             Err(IndexError::Conflict(name.to_owned()))
         };
     }
-    let values = inner.values_of(&func);
-    inner.indexes.insert(name.to_owned(), Index { func, values });
+    let index = Index::over(func, &inner.objects);
+    inner.indexes.insert(name.to_owned(), index);
     Ok(())
 }
 

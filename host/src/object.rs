@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::ApiResource;
@@ -108,10 +109,10 @@ impl Transform {
 struct Fields<'a>(Vec<(Key<'a>, &'a RawValue)>);
 
 /// A field name, borrowed when it has no escapes.
-struct Key<'a>(Cow<'a, str>);
+pub(crate) struct Key<'a>(Cow<'a, str>);
 
 impl Key<'_> {
-    fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -174,10 +175,8 @@ impl Fields<'_> {
 }
 
 /// The part of `metadata` the cache parses.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Default)]
 struct MetadataSubset {
-    #[serde(default)]
     name: Option<String>,
     namespace: Option<String>,
     uid: Option<String>,
@@ -188,9 +187,234 @@ struct MetadataSubset {
     deletion_timestamp: Option<Time>,
 }
 
-#[derive(Deserialize)]
-struct Shape {
-    metadata: MetadataSubset,
+/// Where, in an object's JSON, the parts a [`Transform`] may strip are: found
+/// while the metadata is parsed, so stripping them is a copy around the cuts,
+/// with no second parse. Each cut is the field with one of its separating
+/// commas, so what is left is valid JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Strippable {
+    /// The cut that removes `metadata.managedFields`.
+    managed_fields: Option<Range<usize>>,
+    /// Each annotation: its key's text, and the cut that removes it.
+    annotations: Vec<(Range<usize>, Range<usize>)>,
+    /// A name was escaped, so positions are unknown: strip by parsing.
+    unknown: bool,
+}
+
+/// Byte positions of the fields of one JSON object, read from the borrowed
+/// field names and raw values of a parse of `json`.
+struct Positions<'j> {
+    json: &'j str,
+    /// Each field's name start (its opening quote); `None` when escaped.
+    starts: Vec<Option<usize>>,
+}
+
+impl<'j> Positions<'j> {
+    fn new(json: &'j str) -> Self {
+        Self {
+            json,
+            starts: Vec::new(),
+        }
+    }
+
+    /// Where `part` (borrowed from the parsed JSON) starts; `None` if it is not
+    /// a slice of it.
+    fn offset(&self, part: &str) -> Option<usize> {
+        let offset = (part.as_ptr() as usize).checked_sub(self.json.as_ptr() as usize)?;
+        (offset + part.len() <= self.json.len()).then_some(offset)
+    }
+
+    /// Notes the next field's name.
+    fn field(&mut self, key: &Key<'_>) {
+        let start = match &key.0 {
+            Cow::Borrowed(name) => self.offset(name).and_then(|at| at.checked_sub(1)),
+            Cow::Owned(_) => None,
+        };
+        self.starts.push(start);
+    }
+
+    /// The cut that removes field `index`, whose value ends at `end`: up to the
+    /// next field's name, or from the comma before it when it is the last.
+    fn cut(&self, index: usize, end: usize) -> Option<Range<usize>> {
+        let start = self.starts.get(index).copied().flatten()?;
+        if let Some(next) = self.starts.get(index + 1) {
+            return Some(start..(*next)?);
+        }
+        if index == 0 {
+            return Some(start..end);
+        }
+        let before = self.json[..start].trim_end_matches([' ', '\t', '\n', '\r']);
+        before.ends_with(',').then(|| before.len() - 1..end)
+    }
+
+    /// Where a borrowed raw value ends.
+    fn end(&self, raw: &RawValue) -> Option<usize> {
+        self.offset(raw.get()).map(|at| at + raw.get().len())
+    }
+}
+
+/// Parses an object's top level, reading only `metadata`.
+struct ObjectSeed<'p, 'j> {
+    positions: &'p mut Positions<'j>,
+    strip: &'p mut Strippable,
+}
+
+impl<'de> de::DeserializeSeed<'de> for ObjectSeed<'_, '_> {
+    type Value = MetadataSubset;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<MetadataSubset, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
+    type Value = MetadataSubset;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetadataSubset, A::Error> {
+        let mut metadata = None;
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            if key.as_str() == "metadata" {
+                metadata = Some(map.next_value_seed(MetadataSeed {
+                    positions: &mut *self.positions,
+                    strip: &mut *self.strip,
+                })?);
+            } else {
+                map.next_value::<de::IgnoredAny>()?;
+            }
+        }
+        metadata.ok_or_else(|| de::Error::missing_field("metadata"))
+    }
+}
+
+/// Parses `metadata`: the subset the cache keeps, and where its strippable
+/// parts are.
+struct MetadataSeed<'p, 'j> {
+    positions: &'p mut Positions<'j>,
+    strip: &'p mut Strippable,
+}
+
+impl<'de> de::DeserializeSeed<'de> for MetadataSeed<'_, '_> {
+    type Value = MetadataSubset;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<MetadataSubset, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataSeed<'_, '_> {
+    type Value = MetadataSubset;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("object metadata")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetadataSubset, A::Error> {
+        let mut meta = MetadataSubset::default();
+        let json = self.positions.json;
+        let mut fields = Positions::new(json);
+        let mut managed_fields = None;
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            fields.field(&key);
+            match key.as_str() {
+                "name" => meta.name = map.next_value()?,
+                "namespace" => meta.namespace = map.next_value()?,
+                "uid" => meta.uid = map.next_value()?,
+                "resourceVersion" => meta.resource_version = map.next_value()?,
+                "generation" => meta.generation = map.next_value()?,
+                "labels" => meta.labels = map.next_value()?,
+                "ownerReferences" => meta.owner_references = map.next_value()?,
+                "deletionTimestamp" => meta.deletion_timestamp = map.next_value()?,
+                "managedFields" => {
+                    let raw: &RawValue = map.next_value()?;
+                    managed_fields = Some((fields.starts.len() - 1, fields.end(raw)));
+                }
+                "annotations" => {
+                    let mut entries = Positions::new(json);
+                    let annotations: Annotations<'_> = map.next_value_seed(AnnotationsSeed(&mut entries))?;
+                    self.strip.annotations = annotations
+                        .0
+                        .into_iter()
+                        .enumerate()
+                        .filter_map(|(index, (name, end))| {
+                            let name = name?;
+                            let at = entries.offset(name)?;
+                            Some((at..at + name.len(), entries.cut(index, end?)?))
+                        })
+                        .collect();
+                    if entries.starts.iter().any(Option::is_none) {
+                        self.strip.unknown = true;
+                    }
+                }
+                _ => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        if fields.starts.iter().any(Option::is_none) {
+            self.strip.unknown = true;
+        }
+        if let Some((index, end)) = managed_fields {
+            self.strip.managed_fields = end.and_then(|end| fields.cut(index, end));
+            self.strip.unknown |= self.strip.managed_fields.is_none();
+        }
+        Ok(meta)
+    }
+}
+
+/// Annotations in order: each one's name (borrowed, when unescaped) and where
+/// its value ends.
+struct Annotations<'de>(Vec<(Option<&'de str>, Option<usize>)>);
+
+struct AnnotationsSeed<'p, 'j>(&'p mut Positions<'j>);
+
+impl<'de> de::DeserializeSeed<'de> for AnnotationsSeed<'_, '_> {
+    type Value = Annotations<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Annotations<'de>, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for AnnotationsSeed<'_, '_> {
+    type Value = Annotations<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("annotations")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Annotations<'de>, A::Error> {
+        let mut found = Vec::new();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            self.0.field(&key);
+            let raw: &RawValue = map.next_value()?;
+            let name = match key.0 {
+                Cow::Borrowed(name) => Some(name),
+                Cow::Owned(_) => None,
+            };
+            found.push((name, self.0.end(raw)));
+        }
+        Ok(Annotations(found))
+    }
+}
+
+/// `json` without the byte ranges `cuts`; `None` when there are none.
+fn cut(json: &str, mut cuts: Vec<Range<usize>>) -> Option<String> {
+    if cuts.is_empty() {
+        return None;
+    }
+    cuts.sort_by_key(|cut| cut.start);
+    let mut out = String::with_capacity(json.len());
+    let mut from = 0;
+    for cut in cuts {
+        out.push_str(&json[from..cut.start.max(from)]);
+        from = from.max(cut.end);
+    }
+    out.push_str(&json[from..]);
+    Some(out)
 }
 
 /// An immutable object: its JSON and its parsed metadata. Shared by the cache,
@@ -200,6 +424,8 @@ pub struct CachedObject {
     key: String,
     meta: ObjectMeta,
     json: Box<str>,
+    /// Until a transform is applied: where its cuts go.
+    strip: Option<Box<Strippable>>,
 }
 
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -212,7 +438,14 @@ impl CachedObject {
     /// When the JSON is malformed or the object has no name.
     pub fn from_json(json: impl Into<Box<str>>) -> Result<Self, ObjectError> {
         let json = json.into();
-        let Shape { metadata } = serde_json::from_str(&json).map_err(ObjectError::Json)?;
+        let mut strip = Strippable::default();
+        let mut deserializer = serde_json::Deserializer::from_str(&json);
+        let seed = ObjectSeed {
+            positions: &mut Positions::new(&json),
+            strip: &mut strip,
+        };
+        let metadata = de::DeserializeSeed::deserialize(seed, &mut deserializer).map_err(ObjectError::Json)?;
+        deserializer.end().map_err(ObjectError::Json)?;
         let name = metadata
             .name
             .filter(|name| !name.is_empty())
@@ -233,7 +466,8 @@ impl CachedObject {
             deletion_timestamp: metadata.deletion_timestamp,
             ..ObjectMeta::default()
         };
-        Ok(Self { key, meta, json })
+        let strip = (strip != Strippable::default()).then(|| Box::new(strip));
+        Ok(Self { key, meta, json, strip })
     }
 
     /// Like [`CachedObject::from_json`], for a `serde_json::Value`.
@@ -250,14 +484,31 @@ impl CachedObject {
     /// # Errors
     ///
     /// When the JSON is malformed.
-    pub fn transformed(self, transform: &Transform) -> Result<Self, ObjectError> {
-        match transform.apply(&self.json)? {
-            Some(json) => Ok(Self {
-                json: json.into_boxed_str(),
-                ..self
-            }),
-            None => Ok(self),
+    pub fn transformed(mut self, transform: &Transform) -> Result<Self, ObjectError> {
+        let Some(strip) = self.strip.take() else {
+            return Ok(self);
+        };
+        let mut cuts: Vec<Range<usize>> = strip
+            .annotations
+            .iter()
+            .filter(|(key, _)| transform.strip_annotations.iter().any(|a| *a == self.json[key.clone()]))
+            .map(|(_, cut)| cut.clone())
+            .collect();
+        // Two cuts in one object may touch: strip those by parsing, as when a
+        // name was escaped.
+        let parse = strip.unknown || cuts.len() > 1;
+        if transform.strip_managed_fields {
+            cuts.extend(strip.managed_fields.clone());
         }
+        let json = if parse {
+            transform.apply(&self.json)?
+        } else {
+            cut(&self.json, cuts)
+        };
+        if let Some(json) = json {
+            self.json = json.into_boxed_str();
+        }
+        Ok(self)
     }
 
     /// The cache key: `namespace/name`, or `name` when cluster-scoped.
@@ -439,6 +690,63 @@ mod tests {
             .transformed(&Transform::none())
             .unwrap();
         assert_eq!(serde_json::from_str::<serde_json::Value>(kept.json()).unwrap(), value);
+    }
+
+    /// The field names of `metadata`, in their order in the text.
+    fn metadata_names(json: &str) -> Vec<String> {
+        let top: Fields<'_> = serde_json::from_str(json).unwrap();
+        let (_, metadata) = top.0.iter().find(|(key, _)| key.as_str() == "metadata").unwrap();
+        let metadata: Fields<'_> = serde_json::from_str(metadata.get()).unwrap();
+        metadata.0.iter().map(|(key, _)| key.as_str().to_owned()).collect()
+    }
+
+    /// Every placement of the stripped parts, with and without whitespace and
+    /// escaped names: cutting gives the same JSON as parsing, field order kept.
+    #[test]
+    fn stripping_by_cuts_matches_stripping_by_parsing() {
+        let managed = r#""managedFields":[{"manager":"kubectl","fieldsV1":{"f:data":{"x":"}"}}}]"#;
+        let last = format!(r#""{LAST_APPLIED_ANNOTATION}":"{{\"big\":true}}""#);
+        let metas = [
+            format!(r#"{{{managed},"name":"a","namespace":"n","resourceVersion":"1"}}"#),
+            format!(r#"{{"name":"a",{managed},"namespace":"n"}}"#),
+            format!(r#"{{"name":"a","namespace":"n",{managed}}}"#),
+            format!(
+                r#"{{ "name" : "a" ,
+                {managed} }}"#
+            ),
+            format!(r#"{{"name":"a","annotations":{{{last}}}}}"#),
+            format!(r#"{{"name":"a","annotations":{{{last},"keep":"me"}},{managed}}}"#),
+            format!(r#"{{"name":"a","annotations":{{"keep":"me", {last} }},"uid":"u"}}"#),
+            format!(r#"{{"name":"a","annotations":{{"a":"1",{last},"b":"2"}}}}"#),
+            format!(r#"{{"name":"a","annotations":{{{last},"other":"x"}}}}"#),
+            format!(r#"{{"n\u0061me":"a",{managed}}}"#),
+            format!(r#"{{"name":"a","annotations":{{"k\u0065ep":"me",{last}}}}}"#),
+            r#"{"name":"a","annotations":{}}"#.to_owned(),
+        ];
+        let transforms = [
+            Transform::default(),
+            Transform::none(),
+            Transform {
+                strip_managed_fields: false,
+                strip_annotations: vec!["other".to_owned(), LAST_APPLIED_ANNOTATION.to_owned()],
+            },
+        ];
+        for meta in &metas {
+            let json = format!(r#"{{"kind":"ConfigMap","metadata":{meta},"data":{{"managedFields":"x"}}}}"#);
+            for transform in &transforms {
+                let cut = CachedObject::from_json(json.as_str())
+                    .unwrap()
+                    .transformed(transform)
+                    .unwrap();
+                let parsed = transform.apply(&json).unwrap().unwrap_or_else(|| json.clone());
+                let cut_value: serde_json::Value = serde_json::from_str(cut.json())
+                    .unwrap_or_else(|error| panic!("{error}: {} from {json}", cut.json()));
+                let parsed_value: serde_json::Value = serde_json::from_str(&parsed).unwrap();
+                assert_eq!(cut_value, parsed_value, "{json} with {transform:?}");
+                assert_eq!(metadata_names(cut.json()), metadata_names(&parsed));
+                assert_eq!(cut.name(), "a");
+            }
+        }
     }
 
     #[test]

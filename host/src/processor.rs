@@ -11,7 +11,7 @@
 //! a `Sync` delta for every cached object, and may be narrowed to a [`Scope`] of
 //! namespaces: it is then told of nothing outside them, snapshots included.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -234,7 +234,7 @@ impl SharedProcessor {
             id,
             queue,
             processor: Arc::clone(self),
-            delivered: HashMap::new(),
+            delivered: HashSet::new(),
         }
     }
 
@@ -266,7 +266,7 @@ pub struct Listener {
     processor: Arc<SharedProcessor>,
     /// The last state handed out per key: for tombstones after an overflow, and
     /// to skip a change a snapshot already delivered.
-    delivered: HashMap<String, Arc<CachedObject>>,
+    delivered: HashSet<ByKey>,
 }
 
 impl Listener {
@@ -324,15 +324,16 @@ impl Listener {
         let mut deltas: Vec<Delta> = Vec::with_capacity(objects.len());
         if kind == Snapshot::CatchUp {
             let present: std::collections::HashSet<&str> = objects.iter().map(|o| o.key()).collect();
-            let mut gone: Vec<_> = self
+            let mut gone: Vec<&Arc<CachedObject>> = self
                 .delivered
                 .iter()
-                .filter(|(key, _)| !present.contains(key.as_str()))
+                .filter(|last| !present.contains(last.0.key()))
+                .map(|last| &last.0)
                 .collect();
-            gone.sort_by(|a, b| a.0.cmp(b.0));
+            gone.sort_by(|a, b| a.key().cmp(b.key()));
             deltas.extend(
                 gone.into_iter()
-                    .map(|(_, last)| Delta::new(DeltaType::Deleted, Arc::clone(gvk), Arc::clone(last))),
+                    .map(|last| Delta::new(DeltaType::Deleted, Arc::clone(gvk), Arc::clone(last))),
             );
         }
         for object in objects {
@@ -348,17 +349,17 @@ impl Listener {
     fn record(&mut self, delta: &Delta) -> bool {
         let key = delta.key();
         if delta.delta_type == DeltaType::Deleted {
-            return self.delivered.remove(key).is_some() || delta.initial_list;
+            return self.delivered.remove(key) || delta.initial_list;
         }
         if matches!(delta.delta_type, DeltaType::Added | DeltaType::Updated)
             && self
                 .delivered
                 .get(key)
-                .is_some_and(|last| Arc::ptr_eq(last, &delta.object))
+                .is_some_and(|last| Arc::ptr_eq(&last.0, &delta.object))
         {
             return false;
         }
-        self.delivered.insert(key.to_owned(), Arc::clone(&delta.object));
+        self.delivered.replace(ByKey(Arc::clone(&delta.object)));
         true
     }
 
@@ -369,11 +370,11 @@ impl Listener {
     /// change reaches exactly one of the two.
     #[must_use]
     pub fn replay(&self) -> Vec<Delta> {
-        let mut known: Vec<(&String, &Arc<CachedObject>)> = self.delivered.iter().collect();
-        known.sort_by(|a, b| a.0.cmp(b.0));
+        let mut known: Vec<&Arc<CachedObject>> = self.delivered.iter().map(|known| &known.0).collect();
+        known.sort_by(|a, b| a.key().cmp(b.key()));
         known
             .into_iter()
-            .map(|(_, object)| {
+            .map(|object| {
                 Delta::new(DeltaType::Added, Arc::clone(&self.processor.gvk), Arc::clone(object)).in_initial_list()
             })
             .collect()
@@ -393,6 +394,31 @@ impl Listener {
             overflows: self.queue.overflows.load(Ordering::Relaxed),
             dropped: self.queue.dropped.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// An object that hashes and compares by its cache key, so a set of them is a
+/// map from key to the last state without a second copy of the key.
+#[derive(Debug)]
+struct ByKey(Arc<CachedObject>);
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl Eq for ByKey {}
+
+impl std::hash::Hash for ByKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.key().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<str> for ByKey {
+    fn borrow(&self) -> &str {
+        self.0.key()
     }
 }
 

@@ -36,10 +36,7 @@ pub(super) fn keys_for(delta: &Delta, spec: &ControllerSpec, primary: &Indexer) 
             continue;
         };
         for state in states.clone() {
-            let Ok(value) = serde_json::from_str::<serde_json::Value>(state.json()) else {
-                continue;
-            };
-            for found in path.values(&value) {
+            for found in path.values_in(state.json()) {
                 let Ok(listing) = primary.by_index(&mapping.index, &found, usize::MAX) else {
                     continue;
                 };
