@@ -1,7 +1,8 @@
-//! A tenant's plugin that is slow to load, or that grabs indexes, hurts only
-//! itself: loads run side by side under their limits, the status endpoint
-//! answers from the start, and index names belong to the plugin that declared
-//! them.
+//! A tenant's plugin that is slow to load, that grabs indexes or that
+//! computes flat out hurts only itself: loads run side by side under their
+//! limits, the status endpoint answers from the start, index names belong to
+//! the plugin that declared them, and a plugin gets no more than its share of
+//! a core.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::time::{Duration, Instant};
@@ -184,4 +185,47 @@ fn check_reports_what_a_plugin_would_hit_of_its_limits() {
         message.contains("limits.module-mib") && message.contains("over the limit of 1048576 bytes"),
         "{message}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_computing_flat_out_is_paused_to_its_cpu_share_and_its_call_ends_on_its_own_running_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 300 ms of running at a tenth of a core: about 30 windows, each paused
+    // for 90 ms after its 10 ms.
+    install(
+        d,
+        "spinner",
+        "hostile.wasm",
+        Some(
+            "config = \"loop\"\n[limits]\ncall-timeout-ms = 300\ncpu-millicores = 100\n[failures]\nmax-restarts = 100\n",
+        ),
+    );
+    install(d, "pods", "delta-logger.wasm", None);
+    let (_server, _churn, client) = cluster(&Workload::default().seed(9).size(1, 2, 3)).await;
+    let logs = Logs::default();
+    let started = Instant::now();
+    let runtime = Runtime::start(client, RuntimeConfig::new(d).log_sink(logs.sink()))
+        .await
+        .unwrap();
+    until("the spinner's first trap", Duration::from_secs(30), || {
+        status(&runtime.status(), "spinner").traps >= 1
+    })
+    .await;
+    let spinner = status(&runtime.status(), "spinner").clone();
+    // Alone on a core it would pause about 2.7 s; a busy machine runs it
+    // slower, and so pauses it less.
+    assert!(
+        spinner.cpu_paused_ms >= 500,
+        "paused only {} ms in a call that ran 300 ms at a tenth of a core",
+        spinner.cpu_paused_ms
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(spinner.cpu_paused_ms),
+        "the pauses were given back to its deadline"
+    );
+    let pods = status(&runtime.status(), "pods").clone();
+    assert_eq!(pods.state, PluginState::Running);
+    assert!(pods.deltas > 0 && pods.cpu_paused_ms == 0, "{pods:?}");
+    runtime.shutdown().await;
 }

@@ -15,6 +15,8 @@ use serde::Deserialize;
 pub struct Limits {
     /// The longest one `init` or `handle` call may run.
     pub call_timeout: Duration,
+    /// The plugin's share of CPU, in thousandths of one core; 1000 is no limit.
+    pub cpu_millicores: u32,
     /// The most linear memory, in bytes.
     pub memory_bytes: usize,
     /// Objects per cache query.
@@ -52,6 +54,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             call_timeout: Duration::from_secs(1),
+            cpu_millicores: 500,
             memory_bytes: 64 << 20,
             query_objects: 1000,
             query_bytes: 16 << 20,
@@ -113,6 +116,9 @@ impl Default for FailurePolicy {
 
 /// The longest restart delay.
 pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A whole core: a CPU share of this much is no limit.
+pub const FULL_CORE_MILLICORES: u32 = 1000;
 
 /// The most memory a manifest may grant, in MiB.
 pub const MAX_MEMORY_MIB: u64 = 1024;

@@ -31,6 +31,7 @@
 //!
 //! [limits]
 //! call-timeout-ms = 1000       # longest init or handle call
+//! cpu-millicores = 500         # share of one core; paused past it (1000: no limit)
 //! memory-mib = 64              # linear memory
 //! query-objects = 1000         # objects per cache query
 //! query-bytes = 16777216       # bytes of JSON per cache query
@@ -67,7 +68,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::grant::{Grant, Scope, Verb, WriteMode, WriteRule};
-use crate::limits::{FailurePolicy, Limits, MAX_MEMORY_MIB, MAX_MODULE_MIB, MAX_RESTART_BACKOFF, OnError};
+use crate::limits::{
+    FULL_CORE_MILLICORES, FailurePolicy, Limits, MAX_MEMORY_MIB, MAX_MODULE_MIB, MAX_RESTART_BACKOFF, OnError,
+};
 
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +141,7 @@ struct WriteRuleFile {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct LimitsFile {
     call_timeout_ms: Option<u64>,
+    cpu_millicores: Option<u64>,
     memory_mib: Option<u64>,
     query_objects: Option<u64>,
     query_bytes: Option<u64>,
@@ -272,6 +276,13 @@ impl Manifest {
                 60_000,
                 defaults.call_timeout.as_millis() as u64,
             )?),
+            cpu_millicores: range(
+                "cpu-millicores",
+                limits.cpu_millicores,
+                10,
+                u64::from(FULL_CORE_MILLICORES),
+                u64::from(defaults.cpu_millicores),
+            )? as u32,
             memory_bytes: (range(
                 "memory-mib",
                 limits.memory_mib,
@@ -430,6 +441,7 @@ mod tests {
             namespaces = ["a", "b"]
             [limits]
             call-timeout-ms = 250
+            cpu-millicores = 200
             memory-mib = 16
             max-batch = 8
             [failures]
@@ -448,6 +460,8 @@ mod tests {
         assert!(grant.namespaces().allows("a") && !grant.namespaces().allows("c"));
         assert!(!grant.clone().within(&Scope::only(["b"])).namespaces().allows("a"));
         assert_eq!(manifest.limits.call_timeout, Duration::from_millis(250));
+        assert_eq!(manifest.limits.cpu_millicores, 200);
+        assert_eq!(Limits::default().cpu_millicores, 500);
         assert_eq!(manifest.limits.memory_bytes, 16 << 20);
         assert_eq!(manifest.limits.max_batch, 8);
         assert_eq!(manifest.limits.query_objects, Limits::default().query_objects);
@@ -545,6 +559,10 @@ mod tests {
         assert_eq!(
             message("[limits]\nmemory-mib = 4096"),
             "p.toml: limits.memory-mib is 4096: must be 1 to 1024"
+        );
+        assert_eq!(
+            message("[limits]\ncpu-millicores = 2000"),
+            "p.toml: limits.cpu-millicores is 2000: must be 10 to 1000"
         );
         assert!(message("[grant]\nresources = [\"Pod\"]").contains("grant.resources: resource \"Pod\""));
         assert!(message("[failures]\non-error = \"ignore\"").contains("unknown variant `ignore`"));

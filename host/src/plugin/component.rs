@@ -1,8 +1,9 @@
 //! A compiled and linked plugin component, from which instances are made.
 
+use std::time::Instant;
+
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 
-use super::engine::{EPOCH_TICK, ticks};
 use super::host::HostState;
 use super::instance::Exports;
 use super::instance::LiveInstance;
@@ -92,16 +93,9 @@ impl PluginComponent {
         );
         let mut store = Store::new(&self.engine.engine, state);
         store.limiter(|state| &mut state.store_limits);
-        let deadline_ticks = ticks(options.limits.call_timeout);
-        store.set_epoch_deadline(deadline_ticks);
-        // At the deadline, the time the call spent waiting in the host (for
-        // the API server) is given back; with none left, the call is over.
-        store.epoch_deadline_callback(|mut store| {
-            Ok(match store.data_mut().deadline.take_ticks(EPOCH_TICK) {
-                0 => UpdateDeadline::Interrupt,
-                credit => UpdateDeadline::Continue(credit),
-            })
-        });
+        let call_timeout = options.limits.call_timeout;
+        store.epoch_deadline_callback(at_epoch_tick);
+        start_call(&mut store, call_timeout);
         let plugin = match &self.pre {
             Pre::Handler(pre) => pre.instantiate(&mut store).map(Exports::Handler),
             Pre::Controller(pre) => pre.instantiate(&mut store).map(Exports::Controller),
@@ -116,8 +110,41 @@ impl PluginComponent {
             _live: live,
             store,
             plugin,
-            deadline_ticks,
+            call_timeout,
             poisoned: false,
         })
     }
+}
+
+/// Starts a call (or the component's start-up) of at most `timeout`, looked
+/// at by [`at_epoch_tick`] from the next tick on.
+pub(super) fn start_call(store: &mut Store<HostState>, timeout: std::time::Duration) {
+    store.data_mut().deadline.start_call(timeout);
+    store.set_epoch_deadline(1);
+}
+
+/// At every epoch tick while the plugin runs: pauses it if its CPU share is
+/// spent (the pause is given back to the call), and interrupts the call once
+/// its time is up.
+fn at_epoch_tick(mut store: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<UpdateDeadline> {
+    let state = store.data_mut();
+    if let Some(pause) = state.budget.tick(Instant::now(), thread_cpu_time()) {
+        std::thread::sleep(pause);
+        state.deadline.waited(pause);
+        state.budget.resume(pause, Instant::now(), thread_cpu_time);
+    }
+    Ok(if state.deadline.remaining().is_zero() {
+        UpdateDeadline::Interrupt
+    } else {
+        UpdateDeadline::Continue(1)
+    })
+}
+
+/// The CPU time the calling thread has run.
+pub(super) fn thread_cpu_time() -> std::time::Duration {
+    let time = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    std::time::Duration::new(
+        u64::try_from(time.tv_sec).unwrap_or(0),
+        u32::try_from(time.tv_nsec).unwrap_or(0),
+    )
 }

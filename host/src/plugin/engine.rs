@@ -13,7 +13,8 @@ use super::component::Pre;
 use super::host::HostState;
 use super::{Error, PluginComponent, Result, bindings, controller_bindings, digest, plugin_name};
 
-/// How often the epoch ticks; call deadlines are counted in ticks.
+/// How often the epoch ticks: how often a running plugin's deadline and CPU
+/// share are looked at.
 pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// The shared wasmtime engine: compiles components and drives call deadlines.
@@ -234,9 +235,4 @@ impl PluginEngine {
             pre,
         })
     }
-}
-
-/// A call timeout in epoch ticks (at least one).
-pub(super) fn ticks(timeout: Duration) -> u64 {
-    (timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64
 }

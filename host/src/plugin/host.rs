@@ -11,6 +11,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::kinformer::plugin::{cache, log, types};
+use super::budget::CpuBudget;
 use super::deadline::DeadlineCredit;
 use super::log::PluginLog;
 use crate::caches::Caches;
@@ -34,8 +35,10 @@ pub(crate) struct HostState {
     pub(crate) log: PluginLog,
     /// Where its writes go; `None` denies them all.
     pub(super) writer: Option<Writer>,
-    /// Time the current call spent waiting in the host, owed to its deadline.
+    /// The current call's deadline, with the time it waited given back.
     pub(super) deadline: DeadlineCredit,
+    /// The plugin's share of CPU.
+    pub(super) budget: CpuBudget,
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) store_limits: StoreLimits,
@@ -65,6 +68,7 @@ impl HostState {
             log,
             writer,
             deadline: DeadlineCredit::default(),
+            budget: CpuBudget::new(limits.cpu_millicores),
             wasi,
             table: ResourceTable::new(),
             store_limits,

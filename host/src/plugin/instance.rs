@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::api::GroupVersionKind;
 use wasmtime::Store;
@@ -59,7 +59,7 @@ pub struct PluginInstance {
     pub(super) _live: LiveInstance,
     pub(super) store: Store<HostState>,
     pub(super) plugin: Exports,
-    pub(super) deadline_ticks: u64,
+    pub(super) call_timeout: std::time::Duration,
     pub(super) poisoned: bool,
 }
 
@@ -225,6 +225,11 @@ impl PluginInstance {
         Ok(action.requeue_after_ms.map(Duration::from_millis))
     }
 
+    /// The time the instance was paused for its CPU share since last asked.
+    pub fn take_paused(&mut self) -> Duration {
+        self.store.data_mut().budget.take_paused()
+    }
+
     fn call<T>(
         &mut self,
         call: &'static str,
@@ -233,10 +238,17 @@ impl PluginInstance {
         if self.poisoned {
             return Err(Error::Poisoned(self.name.clone()));
         }
-        self.store.set_epoch_deadline(self.deadline_ticks);
-        let timeout = super::engine::EPOCH_TICK.saturating_mul(u32::try_from(self.deadline_ticks).unwrap_or(u32::MAX));
-        self.store.data_mut().deadline.start_call(timeout);
-        match f(&self.plugin, &mut self.store) {
+        let state = self.store.data_mut();
+        if let Some(pause) = state.budget.start(Instant::now()) {
+            std::thread::sleep(pause);
+            state
+                .budget
+                .resume(pause, Instant::now(), super::component::thread_cpu_time);
+        }
+        super::component::start_call(&mut self.store, self.call_timeout);
+        let outcome = f(&self.plugin, &mut self.store);
+        (self.store.data_mut().budget).stop(Instant::now(), super::component::thread_cpu_time);
+        match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(Error::Plugin {
                 plugin: self.name.clone(),

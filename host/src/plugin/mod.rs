@@ -22,6 +22,7 @@
 //! # Ok::<(), kinformer::plugin::Error>(())
 //! ```
 
+mod budget;
 mod cluster;
 mod component;
 mod deadline;

@@ -77,6 +77,8 @@ pub struct PluginStatus {
     pub skipped: u64,
     /// Traps, deadline overruns and memory-limit hits.
     pub traps: u64,
+    /// Milliseconds the plugin was paused for its CPU share (`cpu-millicores`).
+    pub cpu_paused_ms: u64,
     /// Fresh instances started after a failure.
     pub restarts: u64,
     /// New versions (file or manifest) swapped in.
@@ -118,6 +120,7 @@ impl PluginStatus {
             retries: 0,
             skipped: 0,
             traps: 0,
+            cpu_paused_ms: 0,
             restarts: 0,
             reloads: 0,
             rollbacks: 0,

@@ -328,6 +328,7 @@ impl Worker {
         };
         let _span = tracing::debug_span!("reconcile", plugin = %self.name, key = %key).entered();
         let outcome = instance.reconcile(key);
+        note_paused(&self.status, instance);
         let failed = match &outcome {
             Ok(_) => None,
             Err(crate::plugin::Error::Plugin { message, .. }) => {
@@ -487,7 +488,9 @@ impl Worker {
                     "delivering"
                 );
             }
-            match instance.handle(batch) {
+            let handled = instance.handle(batch);
+            note_paused(&self.status, instance);
+            match handled {
                 Ok(()) => {
                     update(&self.status, |status| {
                         status.deltas += count;
@@ -555,5 +558,13 @@ impl ErrorLines {
             self.suppressed += 1;
             None
         }
+    }
+}
+
+/// Adds the time `instance` was paused for its CPU share to the status.
+fn note_paused(status: &SharedStatus, instance: &mut PluginInstance) {
+    let paused = instance.take_paused();
+    if !paused.is_zero() {
+        update(status, |status| status.cpu_paused_ms += paused.as_millis() as u64);
     }
 }
