@@ -54,7 +54,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             call_timeout: Duration::from_secs(1),
-            cpu_millicores: 500,
+            cpu_millicores: 250,
             memory_bytes: 64 << 20,
             query_objects: 1000,
             query_bytes: 16 << 20,

@@ -31,7 +31,7 @@
 //!
 //! [limits]
 //! call-timeout-ms = 1000       # longest init or handle call
-//! cpu-millicores = 500         # share of one core; paused past it (1000: no limit)
+//! cpu-millicores = 250         # share of one core; paused past it (1000: no limit)
 //! memory-mib = 64              # linear memory
 //! query-objects = 1000         # objects per cache query
 //! query-bytes = 16777216       # bytes of JSON per cache query
@@ -461,7 +461,7 @@ mod tests {
         assert!(!grant.clone().within(&Scope::only(["b"])).namespaces().allows("a"));
         assert_eq!(manifest.limits.call_timeout, Duration::from_millis(250));
         assert_eq!(manifest.limits.cpu_millicores, 200);
-        assert_eq!(Limits::default().cpu_millicores, 500);
+        assert_eq!(Limits::default().cpu_millicores, 250);
         assert_eq!(manifest.limits.memory_bytes, 16 << 20);
         assert_eq!(manifest.limits.max_batch, 8);
         assert_eq!(manifest.limits.query_objects, Limits::default().query_objects);
