@@ -137,6 +137,55 @@ pub(crate) async fn control(side: Side, pods: u64, kubeconfig: &Path) -> anyhow:
     Ok(())
 }
 
+/// What a load child reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct LoadReport {
+    /// Milliseconds the load took (compiling, or reading the cache).
+    pub(crate) load_ms: f64,
+    /// Resident bytes 200 ms after the load.
+    pub(crate) rss: u64,
+}
+
+impl LoadReport {
+    pub(crate) fn rss_mib(&self) -> f64 {
+        self.rss as f64 / f64::from(1 << 20)
+    }
+}
+
+/// In a load child: compiles `component` with a plugin engine caching in
+/// `cache` (or loads it from there), then reports time and resident memory.
+pub(crate) fn load(component: &Path, cache: &Path) -> anyhow::Result<()> {
+    let engine = kinformer::plugin::PluginEngine::with_options(&kinformer::plugin::EngineOptions {
+        cache_dir: Some(cache.to_owned()),
+        pooled_instances: None,
+    })?;
+    let started = std::time::Instant::now();
+    let loaded = engine.load_file(component)?;
+    let load_ms = started.elapsed().as_secs_f64() * 1e3;
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let report = LoadReport {
+        load_ms,
+        rss: resident_bytes(),
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    drop(loaded);
+    Ok(())
+}
+
+/// Runs a load child to the end and reads its report.
+pub(crate) fn run_load(component: &Path, cache: &Path) -> anyhow::Result<LoadReport> {
+    let mut command = Child::Load {
+        component: component.to_owned(),
+        cache: cache.to_owned(),
+    }
+    .command()?;
+    let output = command.output()?;
+    if !output.status.success() {
+        bail!("load failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    serde_json::from_slice(&output.stdout).context("child report")
+}
+
 /// Runs a sync child to the end and reads its report.
 pub(crate) fn run_sync(side: Side, kubeconfig: &Path) -> anyhow::Result<SyncReport> {
     let mut command = Child::Sync {

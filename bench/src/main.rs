@@ -29,9 +29,13 @@ struct Cli {
     /// Repetitions per measurement (medians are reported, with min and max).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// Only these rows (1-9).
+    /// Only these rows (1-10).
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
+    /// The large component row 10 compiles (default: the Python example
+    /// plugin, when it has been built).
+    #[arg(long)]
+    component: Option<PathBuf>,
     #[command(subcommand)]
     child: Option<Child>,
 }
@@ -76,6 +80,15 @@ enum Child {
         #[arg(long)]
         kubeconfig: PathBuf,
     },
+    /// (internal) Loads a component with a plugin engine caching in a
+    /// directory and reports time and resident memory as JSON.
+    #[command(hide = true)]
+    Load {
+        #[arg(long)]
+        component: PathBuf,
+        #[arg(long)]
+        cache: PathBuf,
+    },
 }
 
 impl Child {
@@ -108,6 +121,14 @@ impl Child {
                     .arg("--kubeconfig")
                     .arg(kubeconfig);
             }
+            Self::Load { component, cache } => {
+                command
+                    .arg("load")
+                    .arg("--component")
+                    .arg(component)
+                    .arg("--cache")
+                    .arg(cache);
+            }
         }
         Ok(command)
     }
@@ -134,10 +155,11 @@ fn main() -> anyhow::Result<()> {
             kubeconfig,
         }) => runtime.block_on(child::churn(side, work, plugins, updates, &kubeconfig)),
         Some(Child::Control { side, pods, kubeconfig }) => runtime.block_on(child::control(side, pods, &kubeconfig)),
+        Some(Child::Load { component, cache }) => child::load(&component, &cache),
         None => {
             let repeat = if cli.quick { 1 } else { cli.repeat.max(1) };
             let sizes = rows::Sizes::new(cli.quick);
-            let table = runtime.block_on(rows::run(&cli.rows, &sizes, repeat))?;
+            let table = runtime.block_on(rows::run(&cli.rows, &sizes, repeat, cli.component.as_deref()))?;
             table.print();
             Ok(())
         }
@@ -167,6 +189,10 @@ mod tests {
                 side: Side::Kinformer,
                 pods: 50,
                 kubeconfig: "/tmp/k".into(),
+            },
+            Child::Load {
+                component: "/tmp/c.wasm".into(),
+                cache: "/tmp/cache".into(),
             },
         ] {
             let command = child.command().unwrap();

@@ -1,6 +1,7 @@
 //! The rows of the table, numbered as in the README: each sets up its cluster, measures both sides and adds its lines.
 
 mod churn;
+mod compile;
 mod controller;
 mod isolation;
 mod query;
@@ -61,7 +62,12 @@ fn logged_number(line: &str, name: &str) -> Option<f64> {
 
 /// Runs the `selected` rows (all when none are), each measurement `repeat`
 /// times, into a table.
-pub(crate) async fn run(selected: &[u8], sizes: &Sizes, repeat: usize) -> anyhow::Result<Table> {
+pub(crate) async fn run(
+    selected: &[u8],
+    sizes: &Sizes,
+    repeat: usize,
+    component: Option<&std::path::Path>,
+) -> anyhow::Result<Table> {
     let wanted = |row: u8| selected.is_empty() || selected.contains(&row);
     let mut table = Table::default();
     if wanted(1) || wanted(2) {
@@ -89,6 +95,12 @@ pub(crate) async fn run(selected: &[u8], sizes: &Sizes, repeat: usize) -> anyhow
     }
     if wanted(9) {
         writes::row(&mut table, sizes, repeat).await?;
+    }
+    if wanted(10) {
+        match component {
+            Some(component) => compile::row(&mut table, component, repeat)?,
+            None => eprintln!("row 10: skipped: no large component (--component FILE)"),
+        }
     }
     Ok(table)
 }

@@ -206,7 +206,9 @@ impl PluginEngine {
         let component = Component::new(&self.engine, bytes).map_err(|source| Error::Compile {
             path: PathBuf::from(name),
             source,
-        })?;
+        });
+        super::memory::release_free_memory();
+        let component = component?;
         tracing::info!(
             plugin = name,
             elapsed_ms = started.elapsed().as_millis() as u64,

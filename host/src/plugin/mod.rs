@@ -30,6 +30,7 @@ mod engine;
 mod host;
 mod instance;
 mod log;
+mod memory;
 mod wasi;
 
 use std::path::{Path, PathBuf};
