@@ -80,6 +80,55 @@ pub(crate) async fn sync(side: Side, kubeconfig: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a fan-out child reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct FanoutReport {
+    /// Milliseconds from start until every plugin handled every pod.
+    pub(crate) sync_ms: f64,
+    /// Resident bytes then.
+    pub(crate) rss: u64,
+}
+
+/// In a fan-out child: kinformer's runtime with `plugins` no-op plugins on
+/// the pods, until each has handled all `pods`; reports a [`FanoutReport`].
+pub(crate) async fn fanout(plugins: usize, pods: u64, kubeconfig: &Path) -> anyhow::Result<()> {
+    let client = client_for(kubeconfig).await?;
+    let started = Instant::now();
+    let consumer = consumer(client, Side::Kinformer, Work::Noop, plugins).await?;
+    let runtime = consumer.runtime().context("kinformer's consumer has a runtime")?;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while !runtime.status().iter().all(|plugin| plugin.deltas >= pods) {
+        if Instant::now() > deadline {
+            bail!("the plugins did not handle every pod: {:?}", runtime.status());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sync_ms = started.elapsed().as_secs_f64() * 1000.0;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let report = FanoutReport {
+        sync_ms,
+        rss: resident_bytes(),
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    consumer.stop().await;
+    Ok(())
+}
+
+/// Runs a fan-out child to the end and reads its report.
+pub(crate) fn run_fanout(plugins: usize, pods: u64, kubeconfig: &Path) -> anyhow::Result<FanoutReport> {
+    let mut command = Child::Fanout {
+        plugins,
+        pods,
+        kubeconfig: kubeconfig.to_owned(),
+    }
+    .command()?;
+    let output = tokio::task::block_in_place(|| command.output())?;
+    if !output.status.success() {
+        bail!("fan-out failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    serde_json::from_slice(&output.stdout).context("child report")
+}
+
 /// In a churn child: one side consumes `updates` stamped changes; reports a
 /// [`ChurnReport`].
 pub(crate) async fn churn(

@@ -29,7 +29,7 @@ struct Cli {
     /// Repetitions per measurement (medians are reported, with min and max).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// Only these rows (1-10).
+    /// Only these rows (1-11).
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
     /// The large component row 10 compiles (default: the Python example
@@ -80,6 +80,17 @@ enum Child {
         #[arg(long)]
         kubeconfig: PathBuf,
     },
+    /// (internal) Runs kinformer with no-op plugins until each handled every
+    /// pod, and reports time and resident memory as JSON.
+    #[command(hide = true)]
+    Fanout {
+        #[arg(long)]
+        plugins: usize,
+        #[arg(long)]
+        pods: u64,
+        #[arg(long)]
+        kubeconfig: PathBuf,
+    },
     /// (internal) Loads a component with a plugin engine caching in a
     /// directory and reports time and resident memory as JSON.
     #[command(hide = true)]
@@ -121,6 +132,16 @@ impl Child {
                     .arg("--kubeconfig")
                     .arg(kubeconfig);
             }
+            Self::Fanout {
+                plugins,
+                pods,
+                kubeconfig,
+            } => {
+                command
+                    .args(["fanout", "--plugins", &plugins.to_string(), "--pods", &pods.to_string()])
+                    .arg("--kubeconfig")
+                    .arg(kubeconfig);
+            }
             Self::Load { component, cache } => {
                 command
                     .arg("load")
@@ -155,6 +176,11 @@ fn main() -> anyhow::Result<()> {
             kubeconfig,
         }) => runtime.block_on(child::churn(side, work, plugins, updates, &kubeconfig)),
         Some(Child::Control { side, pods, kubeconfig }) => runtime.block_on(child::control(side, pods, &kubeconfig)),
+        Some(Child::Fanout {
+            plugins,
+            pods,
+            kubeconfig,
+        }) => runtime.block_on(child::fanout(plugins, pods, &kubeconfig)),
         Some(Child::Load { component, cache }) => child::load(&component, &cache),
         None => {
             let repeat = if cli.quick { 1 } else { cli.repeat.max(1) };
@@ -188,6 +214,11 @@ mod tests {
             Child::Control {
                 side: Side::Kinformer,
                 pods: 50,
+                kubeconfig: "/tmp/k".into(),
+            },
+            Child::Fanout {
+                plugins: 10,
+                pods: 150_000,
                 kubeconfig: "/tmp/k".into(),
             },
             Child::Load {

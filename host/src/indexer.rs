@@ -110,9 +110,21 @@ impl Inner {
         for index in self.indexes.values_mut() {
             index.insert(key, object);
         }
-        for (label, value) in object.labels() {
-            let values = self.labels.entry(label.clone()).or_default();
-            values.entry(value.clone()).or_default().insert(key.clone());
+        for (label, value) in object.labels().iter() {
+            if !self.labels.contains_key(label) {
+                self.labels.insert(label.to_owned(), BTreeMap::new());
+            }
+            let Some(values) = self.labels.get_mut(label) else {
+                continue;
+            };
+            match values.get_mut(value) {
+                Some(keys) => {
+                    keys.insert(key.clone());
+                }
+                None => {
+                    values.insert(value.to_owned(), Keys::from([key.clone()]));
+                }
+            }
         }
     }
 
@@ -120,7 +132,7 @@ impl Inner {
         for index in self.indexes.values_mut() {
             index.remove(key, object);
         }
-        for (label, value) in object.labels() {
+        for (label, value) in object.labels().iter() {
             if let Some(values) = self.labels.get_mut(label) {
                 remove_key(values, value, key);
                 if values.is_empty() {
@@ -810,7 +822,7 @@ mod tests {
                 let expected = brute(&|o| match field {
                     "node" => o.json().contains(&format!("\"nodeName\":\"{value}\"")),
                     "owner" => o.owner_uids().any(|uid| uid == value),
-                    "app" => o.labels().get("app").map(String::as_str) == Some(value),
+                    "app" => o.labels().get("app") == Some(value),
                     _ => o.namespace() == Some(value),
                 });
                 assert_eq!(found, expected, "{index}={value}");

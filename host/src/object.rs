@@ -417,18 +417,56 @@ fn cut(json: &str, mut cuts: Vec<Range<usize>>) -> Option<String> {
     Some(out)
 }
 
+/// An object's labels, sorted by key, each name and value stored once in
+/// one small slice (a map per object would cost more than the labels).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels(Box<[(Box<str>, Box<str>)]>);
+
+impl Labels {
+    /// The value of label `key`.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(name, _)| name.as_ref().cmp(key))
+            .ok()
+            .map(|at| self.0[at].1.as_ref())
+    }
+
+    /// The labels, by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(name, value)| (name.as_ref(), value.as_ref()))
+    }
+
+    /// True without labels.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<BTreeMap<String, String>> for Labels {
+    fn from(labels: BTreeMap<String, String>) -> Self {
+        Self(labels.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+}
+
+impl crate::selector::Labels for Labels {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
 /// An immutable object: its JSON and its parsed metadata. Shared by the cache,
 /// the deltas and every plugin queue through `Arc`, so it is stored once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CachedObject {
     key: String,
     meta: ObjectMeta,
+    labels: Labels,
     json: Box<str>,
     /// Until a transform is applied: where its cuts go.
     strip: Option<Box<Strippable>>,
 }
-
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl CachedObject {
     /// Parses the metadata out of an object's JSON and keeps the JSON as it is.
@@ -461,13 +499,19 @@ impl CachedObject {
             uid: metadata.uid,
             resource_version: metadata.resource_version,
             generation: metadata.generation,
-            labels: metadata.labels,
             owner_references: metadata.owner_references,
             deletion_timestamp: metadata.deletion_timestamp,
             ..ObjectMeta::default()
         };
         let strip = (strip != Strippable::default()).then(|| Box::new(strip));
-        Ok(Self { key, meta, json, strip })
+        let labels = metadata.labels.map(Labels::from).unwrap_or_default();
+        Ok(Self {
+            key,
+            meta,
+            labels,
+            json,
+            strip,
+        })
     }
 
     /// Like [`CachedObject::from_json`], for a `serde_json::Value`.
@@ -518,7 +562,8 @@ impl CachedObject {
     }
 
     /// The parsed metadata: name, namespace, uid, resourceVersion, generation,
-    /// labels, owner references and deletion timestamp (nothing else is parsed).
+    /// owner references and deletion timestamp (nothing else is parsed; the
+    /// labels are kept apart, see [`CachedObject::labels`]).
     #[must_use]
     pub fn meta(&self) -> &ObjectMeta {
         &self.meta
@@ -550,8 +595,8 @@ impl CachedObject {
 
     /// `metadata.labels`.
     #[must_use]
-    pub fn labels(&self) -> &BTreeMap<String, String> {
-        self.meta.labels.as_ref().unwrap_or(&NO_LABELS)
+    pub fn labels(&self) -> &Labels {
+        &self.labels
     }
 
     /// The uids of `metadata.ownerReferences`.
@@ -636,7 +681,8 @@ mod tests {
         assert_eq!(object.namespace(), Some("shop"));
         assert_eq!(object.uid(), "u1");
         assert_eq!(object.resource_version(), "42");
-        assert_eq!(object.labels().get("app").map(String::as_str), Some("web"));
+        assert_eq!(object.labels().get("app"), Some("web"));
+        assert_eq!(object.labels().get("tier"), None);
         assert_eq!(object.owner_uids().collect::<Vec<_>>(), ["rs-1"]);
         assert_eq!(object.json(), json);
     }

@@ -24,6 +24,9 @@ use crate::grant::Scope;
 use crate::indexer::Indexer;
 use crate::object::CachedObject;
 
+/// An empty live queue holding room for more deltas than this gives it back.
+const SHRINK_ABOVE: usize = 1024;
+
 /// Settings of one listener.
 #[derive(Debug, Clone)]
 pub struct ListenerOptions {
@@ -310,8 +313,18 @@ impl Listener {
                 batch.push(delta);
             }
         }
-        if state.pending.is_empty() && !queue.synced.load(Ordering::Relaxed) {
-            queue.synced.store(true, Ordering::Release);
+        if state.pending.is_empty() {
+            if !queue.synced.load(Ordering::Relaxed) {
+                queue.synced.store(true, Ordering::Release);
+            }
+            // A snapshot's deltas are handed out: give back its room (a
+            // delta per cached object), as the live queue's after a backlog.
+            if state.pending.capacity() > 0 {
+                state.pending = VecDeque::new();
+            }
+            if state.deltas.is_empty() && state.deltas.capacity() > SHRINK_ABOVE {
+                state.deltas = VecDeque::new();
+            }
         }
         drop(state);
         (!batch.is_empty()).then_some(batch)

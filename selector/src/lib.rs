@@ -11,6 +11,18 @@ use std::fmt;
 /// The longest selector string accepted, in bytes.
 pub const MAX_SELECTOR_LEN: usize = 4096;
 
+/// An object's labels, as a selector reads them.
+pub trait Labels {
+    /// The value of label `key`, if the object has it.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 /// A parse error, naming what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid label selector {selector:?}: {reason}")]
@@ -39,14 +51,15 @@ pub enum Requirement {
 impl Requirement {
     /// Whether `labels` satisfy this requirement.
     #[must_use]
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &(impl Labels + ?Sized)) -> bool {
+        let one_of = |key: &str, values: &[String]| labels.label(key).is_some_and(|v| values.iter().any(|w| w == v));
         match self {
-            Self::Equals(key, value) => labels.get(key) == Some(value),
-            Self::NotEquals(key, value) => labels.get(key) != Some(value),
-            Self::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
-            Self::NotIn(key, values) => labels.get(key).is_none_or(|v| !values.contains(v)),
-            Self::Exists(key) => labels.contains_key(key),
-            Self::DoesNotExist(key) => !labels.contains_key(key),
+            Self::Equals(key, value) => labels.label(key) == Some(value.as_str()),
+            Self::NotEquals(key, value) => labels.label(key) != Some(value.as_str()),
+            Self::In(key, values) => one_of(key, values),
+            Self::NotIn(key, values) => !one_of(key, values),
+            Self::Exists(key) => labels.label(key).is_some(),
+            Self::DoesNotExist(key) => labels.label(key).is_none(),
         }
     }
 
@@ -104,7 +117,7 @@ impl Selector {
 
     /// Whether `labels` satisfy every requirement.
     #[must_use]
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &(impl Labels + ?Sized)) -> bool {
         self.requirements.iter().all(|requirement| requirement.matches(labels))
     }
 }

@@ -22,6 +22,7 @@ pub(crate) struct Sizes {
     query_calls: u32,
     reloads: usize,
     write_patches: usize,
+    fanout_pods: usize,
 }
 
 impl Sizes {
@@ -37,6 +38,7 @@ impl Sizes {
                 query_calls: 20,
                 reloads: 2,
                 write_patches: 50,
+                fanout_pods: 200,
             }
         } else {
             Self {
@@ -48,6 +50,7 @@ impl Sizes {
                 query_calls: 2000,
                 reloads: 5,
                 write_patches: 5000,
+                fanout_pods: 150_000,
             }
         }
     }
@@ -96,6 +99,9 @@ pub(crate) async fn run(
     if wanted(9) {
         writes::row(&mut table, sizes, repeat).await?;
     }
+    if wanted(11) {
+        sync::fanout_row(&mut table, sizes.fanout_pods, 10.min(sizes.fanout_pods), repeat).await?;
+    }
     if wanted(10) {
         match component {
             Some(component) => compile::row(&mut table, component, repeat)?,
@@ -129,6 +135,7 @@ mod tests {
             query_calls: 5,
             reloads: 1,
             write_patches: 20,
+            fanout_pods: 0,
         };
         // Each side consumes the same stream in this process (the benchmark
         // runs them in child processes, which a test binary cannot be).

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 
-use crate::child::run_sync;
+use crate::child::{run_fanout, run_sync};
 use crate::cluster::{KubeconfigFile, quiet_cluster, served_pods};
 use crate::consumers::Side;
 use crate::table::{Samples, Table, Unit, count};
@@ -85,6 +85,33 @@ pub(super) async fn rows(table: &mut Table, pods: usize, repeat: usize) -> anyho
         "–".into(),
         per_object(ours) / transformed,
         "≤ 1.2×",
+    );
+    Ok(())
+}
+
+/// Row 11: kinformer's resident memory with `plugins` no-op plugins
+/// subscribed to `pods` realistic pods, once each has handled every pod.
+pub(super) async fn fanout_row(table: &mut Table, pods: usize, plugins: usize, repeat: usize) -> anyhow::Result<()> {
+    eprintln!("row 11: {pods} realistic pods, {plugins} plugins");
+    let server = quiet_cluster(pods).await?;
+    let served = served_pods(&server)?.len() as u64;
+    let kubeconfig = KubeconfigFile::new(&server)?;
+    let (mut rss, mut time) = (Samples::default(), Samples::default());
+    for _ in 0..repeat {
+        let report = run_fanout(plugins, served, kubeconfig.path())?;
+        rss.push(report.rss as f64 / f64::from(1 << 20));
+        time.push(report.sync_ms);
+    }
+    server.shutdown();
+    table.add(
+        format!(
+            "11. {} realistic pods, {plugins} no-op plugins subscribed: resident memory once all handled every pod (time to that)",
+            count(pods)
+        ),
+        format!("{} ({})", rss.show(Unit::Mib), time.show(Unit::Millis)),
+        "–".to_owned(),
+        rss.median() / 1024.0,
+        "≤ 1 GiB",
     );
     Ok(())
 }
