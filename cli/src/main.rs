@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use apiserver_sim::workload::{Load, Workload};
 use apiserver_sim::{ApiServer, SimConfig};
 use clap::{Parser, Subcommand};
+use kinformer::leader::LeaderElectionConfig;
 use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
 use kinformer_cli::demo::{self, DemoConfig};
 
@@ -43,6 +44,8 @@ enum Command {
         /// Confine every plugin and informer to this namespace.
         #[arg(long)]
         namespace: Option<String>,
+        #[command(flatten)]
+        election: ElectionArgs,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -126,6 +129,83 @@ impl EngineArgs {
     }
 }
 
+/// Leader election among replicas, as Kubernetes controllers do it.
+#[derive(Debug, clap::Args)]
+struct ElectionArgs {
+    /// Take part in leader election on a Lease: plugins that can write (a
+    /// write grant, or the controller world) run only on the leader; the
+    /// others run on every replica. The identity is $POD_NAME, or the host
+    /// name and process id.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, default_value = "kinformer", requires = "leader_elect")]
+    lease_name: String,
+    /// The Lease's namespace (default: $POD_NAMESPACE, --namespace, or
+    /// `default`).
+    #[arg(long, requires = "leader_elect")]
+    lease_namespace: Option<String>,
+    /// How long a Lease holds after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = duration, requires = "leader_elect")]
+    leader_elect_lease_duration: Duration,
+    /// How long the leader leads without renewing before it stops its
+    /// writing plugins (shorter than the lease duration).
+    #[arg(long, default_value = "10s", value_parser = duration, requires = "leader_elect")]
+    leader_elect_renew_deadline: Duration,
+    /// How often to try to take or renew the Lease.
+    #[arg(long, default_value = "2s", value_parser = duration, requires = "leader_elect")]
+    leader_elect_retry_period: Duration,
+}
+
+impl ElectionArgs {
+    fn config(&self, namespace: Option<&str>) -> Option<LeaderElectionConfig> {
+        if !self.leader_elect {
+            return None;
+        }
+        let env = |name| std::env::var(name).ok().filter(|value: &String| !value.is_empty());
+        let lease_namespace = self
+            .lease_namespace
+            .clone()
+            .or_else(|| env("POD_NAMESPACE"))
+            .or_else(|| namespace.map(str::to_owned))
+            .unwrap_or_else(|| "default".to_owned());
+        let identity = env("POD_NAME").unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty())
+                .or_else(|| env("HOSTNAME"))
+                .unwrap_or_else(|| "kinformer".to_owned());
+            format!("{host}_{}", std::process::id())
+        });
+        Some(
+            LeaderElectionConfig::new(&self.lease_name, lease_namespace, identity).durations(
+                self.leader_elect_lease_duration,
+                self.leader_elect_renew_deadline,
+                self.leader_elect_retry_period,
+            ),
+        )
+    }
+}
+
+/// A duration as Kubernetes flags write them: `15s`, `500ms`, `1m`.
+fn duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: want a duration such as 15s or 500ms"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        _ => return Err(format!("{text:?}: want a duration in ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|error| format!("{text:?}: {error}"))
+}
+
 /// The synthetic workload of the emulated cluster.
 #[derive(Debug, clap::Args)]
 struct WorkloadArgs {
@@ -193,6 +273,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             plugins,
             kubeconfig,
             namespace,
+            election,
             engine,
         } => runtime()?.block_on(async {
             let config = match &kubeconfig {
@@ -207,6 +288,9 @@ fn run(command: Command) -> anyhow::Result<()> {
             };
             let client = kube::Client::try_from(config)?;
             let mut config = engine.apply(RuntimeConfig::new(plugins));
+            if let Some(election) = election.config(namespace.as_deref()) {
+                config = config.leader_election(election);
+            }
             if let Some(namespace) = namespace {
                 config = config.namespace(namespace);
             }

@@ -15,6 +15,7 @@ pub mod grant;
 pub mod index;
 pub mod indexer;
 pub mod informer;
+pub mod leader;
 pub mod limits;
 pub mod manifest;
 pub mod object;

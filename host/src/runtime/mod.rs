@@ -55,6 +55,7 @@ use std::time::Duration;
 
 use crate::delta::Delta;
 use crate::informer::SharedInformerFactory;
+use crate::leader::{LeaderElection, LeaderElectionConfig, LeaderStatus, Leadership};
 use crate::plugin::{EngineOptions, LogSink, PluginEngine};
 
 pub use directory::plugin_files;
@@ -135,6 +136,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The leader election settings cannot work.
+    #[error("leader election: {0}")]
+    LeaderElection(String),
     /// The worker thread could not be started.
     #[error("{plugin}: cannot start its worker thread")]
     Thread {
@@ -172,6 +176,10 @@ pub struct RuntimeConfig {
     /// first plugin loads (port 0: any free port, see
     /// [`Runtime::status_address`]).
     pub status_address: Option<std::net::SocketAddr>,
+    /// Take part in leader election on this Lease: plugins that can write
+    /// (a write grant, or the controller world) run only while this replica
+    /// leads; the others run all along. `None`: this replica always leads.
+    pub leader_election: Option<LeaderElectionConfig>,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -186,6 +194,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("quiet", &self.quiet)
             .field("max_wait", &self.max_wait)
             .field("status_address", &self.status_address)
+            .field("leader_election", &self.leader_election)
             .finish()
     }
 }
@@ -210,7 +219,15 @@ impl RuntimeConfig {
             quiet: Duration::from_millis(200),
             max_wait: Duration::from_secs(2),
             status_address: None,
+            leader_election: None,
         }
+    }
+
+    /// Sets [`RuntimeConfig::leader_election`].
+    #[must_use]
+    pub fn leader_election(mut self, config: LeaderElectionConfig) -> Self {
+        self.leader_election = Some(config);
+        self
     }
 
     /// Sets [`RuntimeConfig::status_address`].
@@ -263,6 +280,9 @@ pub type BatchObserver = Arc<dyn Fn(&str, &[Delta]) + Send + Sync>;
 pub struct Runtime {
     reconciler: Arc<Reconciler>,
     watcher: Option<tokio::task::JoinHandle<()>>,
+    /// The leader election, when configured, and the task that starts and
+    /// stops the writing plugins as leading starts and ends.
+    election: Option<(LeaderElection, tokio::task::JoinHandle<()>)>,
     /// Where the status endpoint of [`RuntimeConfig::status_address`] listens.
     status_address: Option<std::net::SocketAddr>,
 }
@@ -289,6 +309,15 @@ impl Runtime {
     /// watched, or the status address cannot be bound.
     pub async fn start(client: kube::Client, config: RuntimeConfig) -> Result<Self, Error> {
         let engine = PluginEngine::with_options(&config.engine)?;
+        if let Some(reason) = config.leader_election.as_ref().and_then(LeaderElectionConfig::invalid) {
+            return Err(Error::LeaderElection(reason));
+        }
+        let election = config
+            .leader_election
+            .map(|election| LeaderElection::start(client.clone(), election));
+        let leadership = election
+            .as_ref()
+            .map_or_else(Leadership::always, LeaderElection::leadership);
         let reconciler = Arc::new(Reconciler::new(
             engine,
             SharedInformerFactory::new(client),
@@ -296,7 +325,19 @@ impl Runtime {
             config.namespace,
             config.log_sink,
             config.observer,
+            leadership.clone(),
         ));
+        let election = election.map(|election| {
+            let weak = Arc::downgrade(&reconciler);
+            let mut leadership = leadership;
+            let follower = tokio::spawn(async move {
+                while let Some(leading) = leadership.changed().await {
+                    let Some(reconciler) = weak.upgrade() else { break };
+                    drop(reconciler.follow_leadership(leading).await);
+                }
+            });
+            (election, follower)
+        });
         // Fail early on a directory that cannot be read.
         if plugin_files(&reconciler.dir)?.is_empty() {
             tracing::warn!(dir = %reconciler.dir.display(), "no plugins (*.wasm) in the plugin directory");
@@ -325,6 +366,7 @@ impl Runtime {
         let mut runtime = Self {
             reconciler,
             watcher,
+            election,
             status_address: None,
         };
         if let Some(address) = config.status_address {
@@ -354,6 +396,14 @@ impl Runtime {
     #[must_use]
     pub fn status_address(&self) -> Option<std::net::SocketAddr> {
         self.status_address
+    }
+
+    /// Who leads, when this runtime takes part in leader election.
+    #[must_use]
+    pub fn leader(&self) -> Option<LeaderStatus> {
+        self.election
+            .as_ref()
+            .map(|(election, _)| election.leadership().status())
     }
 
     /// The status of every plugin, by name.
@@ -392,6 +442,7 @@ impl Runtime {
             address,
             Arc::downgrade(&self.reconciler),
             Reconciler::status,
+            self.election.as_ref().map(|(election, _)| election.leadership()),
             self.reconciler.stop.subscribe(),
         )
         .await
@@ -400,11 +451,16 @@ impl Runtime {
     /// Stops every plugin and returns their final status. Each worker finishes
     /// the call it is in; one still busy after [`SHUTDOWN_GRACE`] is abandoned
     /// (its call ends at its deadline), so shutting down is bounded whatever
-    /// the plugins do.
+    /// the plugins do. A leader then releases its Lease, so another replica
+    /// takes over at once.
     pub async fn shutdown(mut self) -> Vec<PluginStatus> {
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
         }
+        let election = self.election.take().map(|(election, follower)| {
+            follower.abort();
+            election
+        });
         let _ = self.reconciler.stop.send(true);
         let threads: Vec<JoinHandle<()>> = self.reconciler.take_threads();
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
@@ -419,6 +475,9 @@ impl Runtime {
                 tracing::warn!(thread = %name, "a plugin worker did not stop in time; abandoned");
             }
         }
+        if let Some(election) = election {
+            election.release(SHUTDOWN_GRACE).await;
+        }
         self.reconciler.status()
     }
 }
@@ -427,9 +486,14 @@ impl Runtime {
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 impl Drop for Runtime {
+    /// Stops without releasing a Lease it holds, as a replica that dies does:
+    /// the Lease expires.
     fn drop(&mut self) {
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
+        }
+        if let Some((_, follower)) = &self.election {
+            follower.abort();
         }
         let _ = self.reconciler.stop.send(true);
     }

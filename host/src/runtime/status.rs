@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use serde::{Serialize, Serializer};
 
 use crate::cluster::WriteRecord;
+use crate::leader::Leadership;
 use crate::plugin::{LogLine, plugin_name};
 use crate::registration::Registration;
 
@@ -27,6 +28,9 @@ pub enum PluginState {
     Failed,
     /// Stopped by the host.
     Stopped,
+    /// Writes to the cluster, and waits for this replica to lead (leader
+    /// election).
+    Standby,
 }
 
 /// How recent log lines a status keeps.
@@ -169,17 +173,27 @@ fn registered_version<S: Serializer>(registration: &Option<Registration>, serial
 }
 
 /// Serves every plugin's status (without the log lines) as a JSON array at
-/// `GET /plugins` until `stopped` turns true; `statuses` answers each request
+/// `GET /plugins`, and who leads at `GET /leader` (`null` without leader
+/// election), until `stopped` turns true; `statuses` answers each request
 /// while the runtime lives. Returns the address bound.
 pub(super) async fn serve<T: Send + Sync + 'static>(
     address: std::net::SocketAddr,
     owner: Weak<T>,
     statuses: fn(&T) -> Vec<PluginStatus>,
+    leadership: Option<Leadership>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
-    let app = axum::Router::new().route(
+    let leader = move || {
+        let leadership = leadership.clone();
+        async move {
+            let body = serde_json::to_string(&leadership.map(|leadership| leadership.status()))
+                .unwrap_or_else(|_| "null".to_owned());
+            ([(axum::http::header::CONTENT_TYPE, "application/json")], body)
+        }
+    };
+    let app = axum::Router::new().route("/leader", axum::routing::get(leader)).route(
         "/plugins",
         axum::routing::get(move || {
             let owner = owner.clone();

@@ -21,6 +21,9 @@ pub(super) enum Command {
     Swap(Box<Version>),
     /// Handle what is queued, then stop.
     Unload,
+    /// Stop after the current call, leaving what is queued: this replica no
+    /// longer leads.
+    Stop,
 }
 
 /// The reconciler's handle on a worker.
@@ -221,6 +224,7 @@ impl Worker {
     fn command(&mut self, command: Command) -> Event {
         match command {
             Command::Unload => Event::Unload,
+            Command::Stop => Event::Stop,
             Command::Swap(version) => {
                 let mut version = *version;
                 self.instance = version.instance.take();

@@ -1,0 +1,354 @@
+//! Leader election between `kinformer run` processes against the emulation:
+//! one replica writes at a time; a leader cut off from the API server stops
+//! writing before its Lease could expire; a killed leader is replaced once its
+//! Lease expires, a stopped one at once; read-only plugins run everywhere.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use apiserver_sim::workload::Workload;
+use apiserver_sim::{ApiServer, SimConfig};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// The election's durations: short, so the test is quick.
+const LEASE: Duration = Duration::from_secs(2);
+const RENEW_DEADLINE: Duration = Duration::from_millis(1200);
+const RETRY: Duration = Duration::from_millis(250);
+
+/// One `kinformer run --leader-elect` process.
+struct Replica {
+    name: &'static str,
+    child: Child,
+    status: std::net::SocketAddr,
+    log: PathBuf,
+}
+
+impl Replica {
+    fn start(name: &'static str, server: &ApiServer, dir: &Path) -> Self {
+        let kubeconfig = dir.join(format!("{name}.kubeconfig"));
+        std::fs::write(&kubeconfig, server.kubeconfig_with_token(name)).unwrap();
+        let status = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let log = dir.join(format!("{name}.log"));
+        let ms = |duration: Duration| format!("{}ms", duration.as_millis());
+        let child = Command::new(env!("CARGO_BIN_EXE_kinformer"))
+            .arg("run")
+            .arg("--plugins")
+            .arg(dir.join("plugins"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .arg("--status-addr")
+            .arg(status.to_string())
+            .args(["--leader-elect", "--lease-name", "writers"])
+            .args(["--leader-elect-lease-duration", &ms(LEASE)])
+            .args(["--leader-elect-renew-deadline", &ms(RENEW_DEADLINE)])
+            .args(["--leader-elect-retry-period", &ms(RETRY)])
+            .env("POD_NAME", name)
+            .env("KINFORMER_LOG", "info")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self {
+            name,
+            child,
+            status,
+            log,
+        }
+    }
+
+    /// What its status endpoint says now: (leading, writer's writes, logger's
+    /// deltas, writer's state); `None` while it does not answer.
+    async fn observe(&self) -> Option<Observed> {
+        let leader = get(self.status, "/leader").await?;
+        let plugins = get(self.status, "/plugins").await?;
+        let plugin = |name: &str| {
+            plugins
+                .as_array()
+                .and_then(|plugins| plugins.iter().find(|plugin| plugin["name"] == name).cloned())
+        };
+        let writer = plugin("writer")?;
+        let logger = plugin("pods")?;
+        Some(Observed {
+            leading: leader["leading"].as_bool()?,
+            writes: writer["writes"].as_u64()?,
+            writer_state: writer["state"].as_str()?.to_owned(),
+            logger_deltas: logger["deltas"].as_u64()?,
+            logger_state: logger["state"].as_str()?.to_owned(),
+        })
+    }
+
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Observed {
+    leading: bool,
+    writes: u64,
+    writer_state: String,
+    logger_deltas: u64,
+    logger_state: String,
+}
+
+/// GET `path` of a status endpoint, as JSON.
+async fn get(address: std::net::SocketAddr, path: &str) -> Option<serde_json::Value> {
+    let request = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        serde_json::from_str(response.split_once("\r\n\r\n")?.1).ok()
+    };
+    tokio::time::timeout(Duration::from_secs(1), request)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Watches the replicas' write counters: fails the test when two replicas'
+/// writes grew between the same two looks, or when a replica that does not
+/// lead wrote.
+#[derive(Default)]
+struct Referee {
+    last: std::collections::HashMap<&'static str, Observed>,
+}
+
+impl Referee {
+    /// Looks at every live replica once; returns who wrote since the last look.
+    async fn look(&mut self, replicas: &[&Replica]) -> Vec<&'static str> {
+        let mut wrote = Vec::new();
+        for replica in replicas {
+            let Some(now) = replica.observe().await else { continue };
+            if let Some(before) = self.last.get(replica.name)
+                && now.writes > before.writes
+            {
+                wrote.push(replica.name);
+            }
+            self.last.insert(replica.name, now);
+        }
+        assert!(wrote.len() <= 1, "two replicas wrote at once: {wrote:?}");
+        wrote
+    }
+
+    /// Looks until `done` says so, or fails with `what` after `limit`.
+    async fn until(
+        &mut self,
+        replicas: &[&Replica],
+        what: &str,
+        limit: Duration,
+        mut done: impl FnMut(&Self, &[&'static str]) -> bool,
+    ) -> Duration {
+        let start = Instant::now();
+        loop {
+            let wrote = self.look(replicas).await;
+            if done(self, &wrote) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{what} within {limit:?}; logs:\n{}",
+                replicas
+                    .iter()
+                    .map(|replica| format!("--- {}\n{}", replica.name, replica.log()))
+                    .collect::<String>()
+            );
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    }
+
+    fn of(&self, name: &str) -> &Observed {
+        &self.last[name]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_or_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let plugins = d.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    // A writer (it patches a ConfigMap on every Pod delta) and a read-only
+    // delta logger.
+    std::fs::write(plugins.join("writer.wasm"), plugin_artifacts::WRITER).unwrap();
+    std::fs::write(
+        plugins.join("writer.toml"),
+        "config = \"flood:ns-0\"\n\
+         [[grant.write]]\nverbs = [\"create\", \"patch\"]\nresources = [\"v1/ConfigMap\"]\nnamespaces = [\"ns-0\"]\n",
+    )
+    .unwrap();
+    std::fs::write(plugins.join("pods.wasm"), plugin_artifacts::DELTA_LOGGER).unwrap();
+    std::fs::write(plugins.join("pods.toml"), "config = \"v1/Pod\"\n").unwrap();
+
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let _churn = server
+        .start_workload(&Workload::default().seed(3).size(1, 2, 3).changes_per_second(40.0))
+        .unwrap();
+    let startup = Duration::from_secs(60);
+    let mut referee = Referee::default();
+
+    // A leads and writes; B follows: its writer waits, its logger runs.
+    let a = Replica::start("a", &server, d);
+    referee
+        .until(
+            &[&a],
+            "replica a never wrote as the leader",
+            startup,
+            |referee, wrote| wrote == ["a"] && referee.of("a").leading,
+        )
+        .await;
+    let b = Replica::start("b", &server, d);
+    referee
+        .until(
+            &[&a, &b],
+            "replica b never started its read-only plugin",
+            startup,
+            |referee, _| referee.last.get("b").is_some_and(|b| b.logger_deltas > 0),
+        )
+        .await;
+    let mut writes_seen = 0;
+    referee
+        .until(
+            &[&a, &b],
+            "replica a stopped writing while leading",
+            startup,
+            |_, wrote| {
+                writes_seen += usize::from(wrote == ["a"]);
+                writes_seen >= 5
+            },
+        )
+        .await;
+    assert!(!referee.of("b").leading);
+    assert_eq!(referee.of("b").writer_state, "Standby");
+    assert_eq!(referee.of("b").logger_state, "Running");
+
+    // A is cut off from the API server: it stops writing at its renew
+    // deadline, before its Lease could expire; then B takes over.
+    server.faults().cut_off("a", true);
+    let cut = Instant::now();
+    let stepped_down = referee
+        .until(
+            &[&a, &b],
+            "replica a, cut off, never stepped down",
+            startup,
+            |referee, _| !referee.of("a").leading,
+        )
+        .await;
+    let a_writes = referee.of("a").writes;
+    let taken = referee
+        .until(
+            &[&a, &b],
+            "replica b never took over from a cut-off leader",
+            startup,
+            |_, wrote| wrote == ["b"],
+        )
+        .await;
+    let cut_failover = cut.elapsed();
+    assert_eq!(
+        referee.of("a").writes,
+        a_writes,
+        "the cut-off replica wrote after stepping down"
+    );
+    assert_eq!(referee.of("a").writer_state, "Standby");
+    println!(
+        "cut off: a stepped down after {} ms, b wrote {} ms after the cut",
+        stepped_down.as_millis(),
+        (stepped_down + taken).as_millis()
+    );
+    drop(a);
+
+    // B is killed: C takes over once B's Lease expires.
+    let c = Replica::start("c", &server, d);
+    referee
+        .until(
+            &[&b, &c],
+            "replica c never started its read-only plugin",
+            startup,
+            |referee, _| {
+                referee
+                    .last
+                    .get("c")
+                    .is_some_and(|c| c.logger_deltas > 0 && c.writer_state == "Standby")
+            },
+        )
+        .await;
+    let mut b = b;
+    b.child.kill().unwrap();
+    let killed = Instant::now();
+    referee
+        .until(
+            &[&c],
+            "replica c never took over from a killed leader",
+            startup,
+            |_, wrote| wrote == ["c"],
+        )
+        .await;
+    let kill_failover = killed.elapsed();
+    drop(b);
+
+    // C stops (SIGTERM): it releases the Lease, D takes over at once.
+    let d_replica = Replica::start("d", &server, d);
+    referee
+        .until(
+            &[&c, &d_replica],
+            "replica d never started its read-only plugin",
+            startup,
+            |referee, _| {
+                referee
+                    .last
+                    .get("d")
+                    .is_some_and(|d| d.logger_deltas > 0 && d.writer_state == "Standby")
+            },
+        )
+        .await;
+    c.terminate();
+    let terminated = Instant::now();
+    referee
+        .until(
+            &[&c, &d_replica],
+            "replica d never took over from a stopped leader",
+            startup,
+            |_, wrote| wrote == ["d"],
+        )
+        .await;
+    let stop_failover = terminated.elapsed();
+    assert!(
+        c.log().contains("released the Lease"),
+        "the stopped leader did not release its Lease:\n{}",
+        c.log()
+    );
+    println!(
+        "failover (lease {} ms, renew deadline {} ms, retry {} ms): cut off {} ms, killed {} ms, stopped {} ms",
+        LEASE.as_millis(),
+        RENEW_DEADLINE.as_millis(),
+        RETRY.as_millis(),
+        cut_failover.as_millis(),
+        kill_failover.as_millis(),
+        stop_failover.as_millis()
+    );
+}
