@@ -115,6 +115,11 @@ struct Observed {
 
 /// GET `path` of a status endpoint, as JSON.
 async fn get(address: std::net::SocketAddr, path: &str) -> Option<serde_json::Value> {
+    serde_json::from_str(&text(address, path).await?).ok()
+}
+
+/// GET `path` of a status endpoint: the body.
+async fn text(address: std::net::SocketAddr, path: &str) -> Option<String> {
     let request = async {
         let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
         stream
@@ -123,7 +128,7 @@ async fn get(address: std::net::SocketAddr, path: &str) -> Option<serde_json::Va
             .ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).await.ok()?;
-        serde_json::from_str(response.split_once("\r\n\r\n")?.1).ok()
+        Some(response.split_once("\r\n\r\n")?.1.to_owned())
     };
     tokio::time::timeout(Duration::from_secs(1), request)
         .await
@@ -222,6 +227,17 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
             |referee, wrote| wrote == ["a"] && referee.of("a").leading,
         )
         .await;
+    let metrics = text(a.status, "/metrics").await.unwrap();
+    let scrape = prometheus_parse::Scrape::parse(metrics.lines().map(|line| Ok(line.to_owned()))).unwrap();
+    let leading = scrape
+        .samples
+        .iter()
+        .find(|sample| sample.metric == "leader_election_master_status")
+        .map(|sample| (sample.labels.get("name").map(str::to_owned), sample.value.clone()));
+    assert_eq!(
+        leading,
+        Some((Some("default/writers".to_owned()), prometheus_parse::Value::Gauge(1.0)))
+    );
     let b = Replica::start("b", &server, d);
     referee
         .until(

@@ -32,6 +32,16 @@
 //! version serving and is not retried until it changes; a new version that keeps
 //! failing right after its swap is rolled back to the previous one.
 //!
+//! With leader election ([`RuntimeConfig::leader_election`], [`crate::leader`]),
+//! plugins that can write (a write grant, or the controller world) run only
+//! while this replica leads: on the other replicas they stand by, and when
+//! leading ends they are stopped after their current call (their writes held
+//! from that moment). Read-only plugins run on every replica.
+//!
+//! The status address serves the plugins' status (`/plugins`), who leads
+//! (`/leader`), Prometheus metrics read from the same counters (`/metrics`,
+//! see `metrics`), and the probes `/healthz` and `/readyz`.
+//!
 //! The pieces, in the order a plugin meets them: `directory` (which files are
 //! plugins, reading them once, the debounced watch), `reconciler` (the
 //! directory → running plugins loop), `version` (one version started: `init`,
@@ -43,6 +53,7 @@
 mod controller;
 mod directory;
 mod lifecycle;
+mod metrics;
 mod reconciler;
 mod status;
 mod version;
@@ -55,7 +66,7 @@ use std::time::Duration;
 
 use crate::delta::Delta;
 use crate::informer::SharedInformerFactory;
-use crate::leader::{LeaderElection, LeaderElectionConfig, LeaderStatus, Leadership};
+use crate::leader::{LeaderElection, LeaderElectionConfig, LeaderStatus};
 use crate::plugin::{EngineOptions, LogSink, PluginEngine};
 
 pub use directory::plugin_files;
@@ -315,9 +326,7 @@ impl Runtime {
         let election = config
             .leader_election
             .map(|election| LeaderElection::start(client.clone(), election));
-        let leadership = election
-            .as_ref()
-            .map_or_else(Leadership::always, LeaderElection::leadership);
+        let leadership = election.as_ref().map(LeaderElection::leadership);
         let reconciler = Arc::new(Reconciler::new(
             engine,
             SharedInformerFactory::new(client),
@@ -327,9 +336,8 @@ impl Runtime {
             config.observer,
             leadership.clone(),
         ));
-        let election = election.map(|election| {
+        let election = election.zip(leadership).map(|(election, mut leadership)| {
             let weak = Arc::downgrade(&reconciler);
-            let mut leadership = leadership;
             let follower = tokio::spawn(async move {
                 while let Some(leading) = leadership.changed().await {
                     let Some(reconciler) = weak.upgrade() else { break };
@@ -441,8 +449,6 @@ impl Runtime {
         status::serve(
             address,
             Arc::downgrade(&self.reconciler),
-            Reconciler::status,
-            self.election.as_ref().map(|(election, _)| election.leadership()),
             self.reconciler.stop.subscribe(),
         )
         .await

@@ -85,6 +85,10 @@ pub(super) struct Reconciler {
     pub(super) observer: Option<BatchObserver>,
     /// Whether this replica leads: writing plugins run only while it does.
     pub(super) leadership: Leadership,
+    /// The leader election's view, when there is one.
+    pub(super) election: Option<Leadership>,
+    /// Set once the directory was scanned: every plugin of it is known.
+    scanned: std::sync::atomic::AtomicBool,
     plugins: Mutex<BTreeMap<String, Plugin>>,
     /// Held while the directory is reconciled: one reconciliation at a time.
     reconciling: tokio::sync::Mutex<()>,
@@ -99,8 +103,9 @@ impl Reconciler {
         namespace: Option<String>,
         log_sink: Option<LogSink>,
         observer: Option<BatchObserver>,
-        leadership: Leadership,
+        election: Option<Leadership>,
     ) -> Self {
+        let leadership = election.clone().unwrap_or_else(Leadership::always);
         let scope = namespace.as_ref().map_or_else(Scope::all, |ns| Scope::only([ns]));
         Self {
             engine,
@@ -112,6 +117,8 @@ impl Reconciler {
             namespace,
             log_sink,
             observer,
+            election,
+            scanned: std::sync::atomic::AtomicBool::new(false),
             plugins: Mutex::new(BTreeMap::new()),
             reconciling: tokio::sync::Mutex::new(()),
             stop: tokio::sync::watch::channel(false).0,
@@ -128,6 +135,25 @@ impl Reconciler {
             .values()
             .map(|plugin| plugin.status.lock().unwrap_or_else(PoisonError::into_inner).clone())
             .collect()
+    }
+
+    /// True while the plugins' workers and the informers' reflectors run
+    /// (a worker ends only when its plugin is unloaded or stopped).
+    pub(super) fn healthy(&self) -> bool {
+        let workers = self
+            .plugins()
+            .values()
+            .filter_map(|plugin| plugin.worker.as_ref())
+            .all(|worker| !worker.thread.is_finished() || *self.stop.borrow());
+        workers && self.factory.stats().iter().all(|informer| informer.alive)
+    }
+
+    /// True once the directory was scanned, every plugin of it loaded,
+    /// reported failed or standing by, and every informer synced.
+    pub(super) fn ready(&self) -> bool {
+        self.scanned.load(std::sync::atomic::Ordering::Acquire)
+            && self.status().iter().all(|status| status.state != PluginState::Starting)
+            && self.factory.stats().iter().all(|informer| informer.synced)
     }
 
     /// Takes every worker's thread, to join them at shutdown.
@@ -223,6 +249,7 @@ impl Reconciler {
                 done,
             });
         }
+        self.scanned.store(true, std::sync::atomic::Ordering::Release);
         loads
     }
 

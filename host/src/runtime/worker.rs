@@ -343,10 +343,11 @@ impl Worker {
             Err(error) => Some((super::error_text(error), true)),
         };
         keys.finished(key, outcome.as_ref().map(|requeue| *requeue).map_err(|_| ()));
-        let depth = keys.stats().depth;
+        let stats = keys.stats();
         update(&self.status, |status| {
             status.reconciles += 1;
-            status.queue_depth = depth;
+            status.queue_depth = stats.depth;
+            status.workqueue = Some(stats);
             if let Some((message, trapped)) = &failed {
                 status.errors += 1;
                 status.traps += u64::from(*trapped);
@@ -491,7 +492,19 @@ impl Worker {
                     "delivering"
                 );
             }
-            match instance.handle(batch) {
+            let started = Instant::now();
+            let handled = instance.handle(batch);
+            let took = started.elapsed();
+            let (queued, catch_ups) = self.feeds.iter().fold((0, 0), |(queued, catch_ups), feed| {
+                let stats = feed.listener.stats();
+                (queued + stats.queued, catch_ups + stats.overflows)
+            });
+            update(&self.status, |status| {
+                status.handle_duration.observe(took);
+                status.queued = queued;
+                status.catch_ups = catch_ups;
+            });
+            match handled {
                 Ok(()) => {
                     update(&self.status, |status| {
                         status.deltas += count;
