@@ -19,9 +19,37 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
 
-    /// Log filter, as in RUST_LOG (e.g. `info`, `kinformer=debug`).
+    /// Log filter, as in RUST_LOG (e.g. `info`, `kinformer=debug`); the HTTP,
+    /// TLS and Kubernetes client libraries stay quiet unless named. RUST_LOG,
+    /// when set, replaces the whole filter.
     #[arg(long, global = true, env = "KINFORMER_LOG", default_value = "info")]
     log: String,
+
+    /// Log lines as text, or as one JSON object per line for log pipelines.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// What the libraries under kinformer log by default: their errors at most.
+/// kinformer says itself what a failure means ("watch failed; backing off");
+/// the connection-level lines beneath it (peers closing TLS, connect errors)
+/// repeat it in other words.
+const QUIET_LIBRARIES: &str = "wasmtime=warn,cranelift=warn,kube_client=off,kube_runtime=error,\
+     hyper=error,hyper_util=error,h2=error,rustls=error,tower=error,tower_http=error";
+
+/// The log filter: the quiet defaults, then the user's (later directives for
+/// the same target win); RUST_LOG, when set, alone.
+fn log_filter(log: &str) -> tracing_subscriber::EnvFilter {
+    match std::env::var("RUST_LOG") {
+        Ok(filter) if !filter.is_empty() => tracing_subscriber::EnvFilter::new(filter),
+        _ => tracing_subscriber::EnvFilter::new(format!("{QUIET_LIBRARIES},{log}")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -247,13 +275,11 @@ impl WorkloadArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
-            "wasmtime=warn,cranelift=warn,{}",
-            cli.log
-        )))
-        .with_target(false)
-        .init();
+    let logs = tracing_subscriber::fmt().with_env_filter(log_filter(&cli.log));
+    match cli.log_format {
+        LogFormat::Text => logs.with_target(false).init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

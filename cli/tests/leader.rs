@@ -49,8 +49,10 @@ impl Replica {
             .args(["--leader-elect-lease-duration", &ms(LEASE)])
             .args(["--leader-elect-renew-deadline", &ms(RENEW_DEADLINE)])
             .args(["--leader-elect-retry-period", &ms(RETRY)])
+            .args(["--log-format", "json"])
             .env("POD_NAME", name)
             .env("KINFORMER_LOG", "info")
+            .env_remove("RUST_LOG")
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(Stdio::null())
             .spawn()
@@ -296,6 +298,31 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
         stepped_down.as_millis(),
         (stepped_down + taken).as_millis()
     );
+    // Its log says so, as JSON lines, without the client libraries' own
+    // lines about the hung connection.
+    let lines: Vec<serde_json::Value> = a
+        .log()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not a JSON log line: {line}")))
+        .collect();
+    assert!(
+        lines.iter().any(|line| line["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("renew deadline"))),
+        "the cut-off leader did not log why it stepped down:\n{}",
+        a.log()
+    );
+    let noisy: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|line| {
+            line["target"].as_str().is_some_and(|target| {
+                ["kube_client", "hyper", "rustls", "tower"]
+                    .iter()
+                    .any(|t| target.starts_with(t))
+            })
+        })
+        .collect();
+    assert!(noisy.is_empty(), "client library lines in the log: {noisy:?}");
     drop(a);
 
     // B is killed: C takes over once B's Lease expires.
