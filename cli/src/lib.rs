@@ -1,9 +1,11 @@
 //! The `kinformer` command's library: the demo on the embedded API emulation,
 //! the serve loop, and what `kinformer check` prints, apart from argument
-//! parsing so that tests use them directly.
+//! parsing so that tests use them directly, and the RBAC `kinformer rbac`
+//! prints.
 
 pub mod check;
 pub mod demo;
+pub mod rbac;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use kinformer::leader::LeaderElectionConfig;
 use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
 use kinformer_cli::demo::{self, DemoConfig};
+use kinformer_cli::rbac::RbacOptions;
 
 /// Kubernetes shared informers that deliver every delta to sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -113,6 +114,33 @@ enum Command {
         chaos_seconds: Option<u64>,
         #[command(flatten)]
         workload: WorkloadArgs,
+    },
+    /// Print the Role, ClusterRole and bindings that `kinformer run` needs
+    /// for the plugins of a directory, as YAML for `kubectl apply -f -`: list
+    /// and watch on what their informers cache, each write verb their grants
+    /// allow, and Leases for leader election.
+    Rbac {
+        /// Directory of plugin components (*.wasm) and their manifests (*.toml).
+        #[arg(long)]
+        plugins: PathBuf,
+        /// The namespace `kinformer run --namespace` confines the host to.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Add what leader election needs (`kinformer run --leader-elect`).
+        #[arg(long)]
+        leader_elect: bool,
+        /// The Lease's namespace (default: the service account's).
+        #[arg(long, requires = "leader_elect")]
+        lease_namespace: Option<String>,
+        /// The ServiceAccount the host runs as.
+        #[arg(long, default_value = "kinformer")]
+        service_account: String,
+        /// Its namespace.
+        #[arg(long, default_value = "kinformer")]
+        service_account_namespace: String,
+        /// Where compiled plugins are cached.
+        #[arg(long, env = "KINFORMER_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
     },
     /// Load a plugin, run its `init` against an empty cache and print what it
     /// registers, or why it cannot load.
@@ -275,7 +303,10 @@ impl WorkloadArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let logs = tracing_subscriber::fmt().with_env_filter(log_filter(&cli.log));
+    // Logs go to stderr: stdout is for what a command prints (`rbac`, `check`).
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(log_filter(&cli.log))
+        .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => logs.with_target(false).init(),
         LogFormat::Json => logs.json().with_current_span(true).init(),
@@ -406,6 +437,27 @@ fn run(command: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }),
+        Command::Rbac {
+            plugins,
+            namespace,
+            leader_elect,
+            lease_namespace,
+            service_account,
+            service_account_namespace,
+            cache_dir,
+        } => {
+            let options = RbacOptions {
+                namespace,
+                lease_namespace: leader_elect
+                    .then(|| lease_namespace.unwrap_or_else(|| service_account_namespace.clone())),
+                service_account,
+                service_account_namespace,
+                cache_dir,
+                ..RbacOptions::default()
+            };
+            print!("{}", kinformer_cli::rbac::rbac(&plugins, &options)?);
+            Ok(())
+        }
         Command::Check { plugin, config } => {
             print!("{}", kinformer_cli::check::check(&plugin, config.as_deref())?);
             Ok(())

@@ -53,8 +53,8 @@ impl Replica {
             .env("POD_NAME", name)
             .env("KINFORMER_LOG", "info")
             .env_remove("RUST_LOG")
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         Self {

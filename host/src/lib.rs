@@ -21,6 +21,7 @@ pub mod manifest;
 pub mod object;
 pub mod plugin;
 pub mod processor;
+pub mod rbac;
 pub mod reflector;
 pub mod registration;
 pub mod runtime;
