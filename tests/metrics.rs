@@ -7,23 +7,8 @@ use std::time::Duration;
 
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{Runtime, RuntimeConfig};
-use kinformer_tests::runtime::{cluster, install, publish, quick_manifest, until};
+use kinformer_tests::runtime::{cluster, http_get as get, install, publish, quick_manifest, until};
 use prometheus_parse::{Scrape, Value};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-/// GET `path`: the status code and the body.
-async fn get(address: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_owned()))
-}
 
 /// `/metrics`, parsed.
 async fn scrape(address: std::net::SocketAddr) -> Scrape {

@@ -12,10 +12,19 @@ use apiserver_sim::workload::Workload;
 use apiserver_sim::{ApiServer, SimConfig};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-/// The election's durations: short, so the test is quick.
-const LEASE: Duration = Duration::from_secs(2);
-const RENEW_DEADLINE: Duration = Duration::from_millis(1200);
-const RETRY: Duration = Duration::from_millis(250);
+/// The election's durations (lease, renew deadline, retry period): short, so
+/// the test is quick; `KINFORMER_TEST_LEASE_MS=15000,10000,2000` measures
+/// failover with client-go's defaults.
+fn timings() -> [Duration; 3] {
+    let quick = [2000, 1200, 250];
+    let ms = std::env::var("KINFORMER_TEST_LEASE_MS").ok().map_or(quick, |text| {
+        let parsed: Vec<u64> = text.split(',').map(|ms| ms.trim().parse().unwrap()).collect();
+        parsed
+            .try_into()
+            .expect("KINFORMER_TEST_LEASE_MS=LEASE,RENEW_DEADLINE,RETRY")
+    });
+    ms.map(Duration::from_millis)
+}
 
 /// One `kinformer run --leader-elect` process.
 struct Replica {
@@ -35,6 +44,7 @@ impl Replica {
             .unwrap();
         let log = dir.join(format!("{name}.log"));
         let ms = |duration: Duration| format!("{}ms", duration.as_millis());
+        let [lease, renew_deadline, retry] = timings();
         let child = Command::new(env!("CARGO_BIN_EXE_kinformer"))
             .arg("run")
             .arg("--plugins")
@@ -46,9 +56,9 @@ impl Replica {
             .arg("--status-addr")
             .arg(status.to_string())
             .args(["--leader-elect", "--lease-name", "writers"])
-            .args(["--leader-elect-lease-duration", &ms(LEASE)])
-            .args(["--leader-elect-renew-deadline", &ms(RENEW_DEADLINE)])
-            .args(["--leader-elect-retry-period", &ms(RETRY)])
+            .args(["--leader-elect-lease-duration", &ms(lease)])
+            .args(["--leader-elect-renew-deadline", &ms(renew_deadline)])
+            .args(["--leader-elect-retry-period", &ms(retry)])
             .args(["--log-format", "json"])
             .env("POD_NAME", name)
             .env("KINFORMER_LOG", "info")
@@ -189,6 +199,26 @@ impl Referee {
         }
     }
 
+    /// Waits until `follower` runs its read-only plugin and stands its writer
+    /// by while `leader` leads.
+    async fn follows(&mut self, leader: &Replica, follower: &Replica, limit: Duration) {
+        let name = follower.name;
+        let what = format!("replica {name} never started its read-only plugin");
+        self.until(&[leader, follower], &what, limit, |referee, _| {
+            referee
+                .last
+                .get(name)
+                .is_some_and(|f| f.logger_deltas > 0 && f.writer_state == "Standby")
+        })
+        .await;
+    }
+
+    /// Waits until `name` writes; returns how long that took.
+    async fn took_over(&mut self, replicas: &[&Replica], name: &'static str, limit: Duration) -> Duration {
+        let what = format!("replica {name} never took over");
+        self.until(replicas, &what, limit, |_, wrote| wrote == [name]).await
+    }
+
     fn of(&self, name: &str) -> &Observed {
         &self.last[name]
     }
@@ -278,14 +308,7 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
         )
         .await;
     let a_writes = referee.of("a").writes;
-    let taken = referee
-        .until(
-            &[&a, &b],
-            "replica b never took over from a cut-off leader",
-            startup,
-            |_, wrote| wrote == ["b"],
-        )
-        .await;
+    let taken = referee.took_over(&[&a, &b], "b", startup).await;
     let cut_failover = cut.elapsed();
     assert_eq!(
         referee.of("a").writes,
@@ -327,59 +350,17 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
 
     // B is killed: C takes over once B's Lease expires.
     let c = Replica::start("c", &server, d);
-    referee
-        .until(
-            &[&b, &c],
-            "replica c never started its read-only plugin",
-            startup,
-            |referee, _| {
-                referee
-                    .last
-                    .get("c")
-                    .is_some_and(|c| c.logger_deltas > 0 && c.writer_state == "Standby")
-            },
-        )
-        .await;
+    referee.follows(&b, &c, startup).await;
     let mut b = b;
     b.child.kill().unwrap();
-    let killed = Instant::now();
-    referee
-        .until(
-            &[&c],
-            "replica c never took over from a killed leader",
-            startup,
-            |_, wrote| wrote == ["c"],
-        )
-        .await;
-    let kill_failover = killed.elapsed();
+    let kill_failover = referee.took_over(&[&c], "c", startup).await;
     drop(b);
 
     // C stops (SIGTERM): it releases the Lease, D takes over at once.
     let d_replica = Replica::start("d", &server, d);
-    referee
-        .until(
-            &[&c, &d_replica],
-            "replica d never started its read-only plugin",
-            startup,
-            |referee, _| {
-                referee
-                    .last
-                    .get("d")
-                    .is_some_and(|d| d.logger_deltas > 0 && d.writer_state == "Standby")
-            },
-        )
-        .await;
+    referee.follows(&c, &d_replica, startup).await;
     c.terminate();
-    let terminated = Instant::now();
-    referee
-        .until(
-            &[&c, &d_replica],
-            "replica d never took over from a stopped leader",
-            startup,
-            |_, wrote| wrote == ["d"],
-        )
-        .await;
-    let stop_failover = terminated.elapsed();
+    let stop_failover = referee.took_over(&[&c, &d_replica], "d", startup).await;
     assert!(
         c.log().contains("released the Lease"),
         "the stopped leader did not release its Lease:\n{}",
@@ -387,9 +368,9 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
     );
     println!(
         "failover (lease {} ms, renew deadline {} ms, retry {} ms): cut off {} ms, killed {} ms, stopped {} ms",
-        LEASE.as_millis(),
-        RENEW_DEADLINE.as_millis(),
-        RETRY.as_millis(),
+        timings()[0].as_millis(),
+        timings()[1].as_millis(),
+        timings()[2].as_millis(),
         cut_failover.as_millis(),
         kill_failover.as_millis(),
         stop_failover.as_millis()

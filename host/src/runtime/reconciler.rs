@@ -341,8 +341,7 @@ impl Reconciler {
             plugin.component = Some(component.clone());
             plugin.writes = writes;
         });
-        if writes && !self.leadership.is_leading() {
-            self.stand_by(name, &fingerprint, status);
+        if writes && self.stand_by(&mut self.plugins(), name, &fingerprint, status) {
             return;
         }
         let context = Context {
@@ -362,13 +361,11 @@ impl Reconciler {
         };
 
         let mut plugins = self.plugins();
-        let Some(plugin) = plugins.get_mut(name) else { return };
-        if writes && !self.leadership.is_leading() {
-            // Leading ended while it loaded.
-            drop(plugins);
-            self.stand_by(name, &fingerprint, status);
+        // Leading may have ended while it loaded.
+        if writes && self.stand_by(&mut plugins, name, &fingerprint, status) {
             return;
         }
+        let Some(plugin) = plugins.get_mut(name) else { return };
         plugin.applied = Some(fingerprint.clone());
         update(status, |status| status.load_error = None);
         let version = match plugin.worker.as_ref().filter(|worker| worker.alive()) {
@@ -396,14 +393,27 @@ impl Reconciler {
         }
     }
 
-    /// Leaves a writing plugin waiting until this replica leads.
-    fn stand_by(&self, name: &str, fingerprint: &Fingerprint, status: &SharedStatus) {
-        if let Some(plugin) = self.plugins().get_mut(name) {
+    /// Leaves a writing plugin waiting until this replica leads, unless it
+    /// leads: true when it waits. Asked and marked under the plugins' lock,
+    /// which [`Reconciler::follow_leadership`] takes once leading began, so a
+    /// plugin that waits is started then.
+    fn stand_by(
+        &self,
+        plugins: &mut BTreeMap<String, Plugin>,
+        name: &str,
+        fingerprint: &Fingerprint,
+        status: &SharedStatus,
+    ) -> bool {
+        if self.leadership.is_leading() {
+            return false;
+        }
+        if let Some(plugin) = plugins.get_mut(name) {
             plugin.applied = Some(fingerprint.clone());
             plugin.standby = true;
         }
         update(status, |status| status.state = PluginState::Standby);
         tracing::info!(plugin = %name, "the plugin writes to the cluster: it runs once this replica leads");
+        true
     }
 
     /// Starts the writing plugins when this replica starts leading; stops
