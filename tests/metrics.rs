@@ -149,6 +149,10 @@ async fn readyz_waits_for_the_caches_and_the_metrics_follow_what_the_plugins_do(
             >= 1.0
     );
     assert!(of(&later, "kinformer_plugin_handle_duration_seconds", "pods") >= 1.0);
+    assert!(
+        of(&later, "kinformer_plugin_memory_bytes", "pods") >= 65536.0,
+        "one Wasm page at least"
+    );
     assert_eq!(
         value(
             &later,

@@ -265,6 +265,11 @@ impl Scrape {
             per_plugin(|p| p.catch_ups),
         )?;
         family.gauge(
+            "kinformer_plugin_memory_bytes",
+            "Bytes of linear memory the plugin's instance holds, as of its last call.",
+            plugins.iter().map(|p| (plugin(p), p.memory_bytes as f64)),
+        )?;
+        family.gauge(
             "kinformer_plugin_queued_deltas",
             "Deltas waiting in the plugin's queues.",
             plugins.iter().map(|p| (plugin(p), p.queued as f64)),

@@ -103,6 +103,8 @@ pub struct PluginStatus {
     /// How long its `handle` calls took.
     #[serde(skip)]
     pub handle_duration: DurationHistogram,
+    /// Bytes of linear memory its instance holds, as of its last call.
+    pub memory_bytes: usize,
     /// Deltas waiting in its queues, as last seen by its worker.
     pub queued: usize,
     /// Times one of its queues overflowed and caught up from the cache.
@@ -146,6 +148,7 @@ impl PluginStatus {
             throttled: 0,
             writes_by: BTreeMap::new(),
             handle_duration: DurationHistogram::default(),
+            memory_bytes: 0,
             queued: 0,
             catch_ups: 0,
             workqueue: None,

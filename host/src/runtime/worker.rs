@@ -344,7 +344,9 @@ impl Worker {
         };
         keys.finished(key, outcome.as_ref().map(|requeue| *requeue).map_err(|_| ()));
         let stats = keys.stats();
+        let memory_bytes = instance.memory_bytes();
         update(&self.status, |status| {
+            status.memory_bytes = memory_bytes;
             status.reconciles += 1;
             status.queue_depth = stats.depth;
             status.workqueue = Some(stats);
@@ -495,12 +497,14 @@ impl Worker {
             let started = Instant::now();
             let handled = instance.handle(batch);
             let took = started.elapsed();
+            let memory_bytes = instance.memory_bytes();
             let (queued, catch_ups) = self.feeds.iter().fold((0, 0), |(queued, catch_ups), feed| {
                 let stats = feed.listener.stats();
                 (queued + stats.queued, catch_ups + stats.overflows)
             });
             update(&self.status, |status| {
                 status.handle_duration.observe(took);
+                status.memory_bytes = memory_bytes;
                 status.queued = queued;
                 status.catch_ups = catch_ups;
             });
