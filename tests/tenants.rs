@@ -34,11 +34,13 @@ async fn a_plugin_slow_to_load_delays_only_itself_and_fails_at_its_limit() {
         "delta-logger.wasm",
         Some("config = \"v1/ConfigMap\"\n[limits]\nsync-timeout-ms = 8000\n"),
     );
-    // Its file takes far longer to compile than its limit.
+    // Its file takes longer to compile than its limit (a few times over, not
+    // the tens of seconds of a large plugin whose abandoned compile would
+    // starve the neighbour's on a small machine).
     install(
         d,
         "slow",
-        "hpa-advisor.wasm",
+        "node-watcher.wasm",
         Some("[limits]\ncompile-timeout-ms = 100\n"),
     );
     let (server, churn, client) = cluster(&Workload::default().seed(5).size(1, 1, 3)).await;
