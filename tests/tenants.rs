@@ -9,19 +9,11 @@ use std::time::{Duration, Instant};
 
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
-use kinformer_tests::runtime::{Logs, cluster, install, status, until};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use kinformer_tests::runtime::{Logs, cluster, http_get, install, status, until};
 
 /// The plugins as the status endpoint at `address` shows them.
 async fn served_status(address: std::net::SocketAddr) -> Option<serde_json::Value> {
-    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
-    stream
-        .write_all(b"GET /plugins HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    serde_json::from_str(response.split_once("\r\n\r\n")?.1).ok()
+    serde_json::from_str(&http_get(address, "/plugins").await?.1).ok()
 }
 
 fn state_in(served: &serde_json::Value, name: &str) -> Option<String> {
@@ -43,11 +35,13 @@ async fn a_plugin_slow_to_load_delays_only_itself_and_fails_at_its_limit() {
         "delta-logger.wasm",
         Some("config = \"v1/ConfigMap\"\n[limits]\nsync-timeout-ms = 8000\n"),
     );
-    // Its file takes far longer to compile than its limit.
+    // Its file takes longer to compile than its limit (a few times over, not
+    // the tens of seconds of a large plugin whose abandoned compile would
+    // starve the neighbour's on a small machine).
     install(
         d,
         "slow",
-        "hpa-advisor.wasm",
+        "node-watcher.wasm",
         Some("[limits]\ncompile-timeout-ms = 100\n"),
     );
     let (server, churn, client) = cluster(&Workload::default().seed(5).size(1, 1, 3)).await;

@@ -19,6 +19,8 @@ pub struct Faults {
     latency_ms: AtomicU64,
     /// Resources (plural names) every request on which is forbidden.
     forbidden: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Bearer tokens whose requests hang: clients cut off from the server.
+    cut_off: watch::Sender<std::collections::BTreeSet<String>>,
     counts: Counters,
 }
 
@@ -29,6 +31,7 @@ struct Counters {
     failed_requests: AtomicU64,
     hangs: AtomicU64,
     delayed_requests: AtomicU64,
+    held_requests: AtomicU64,
 }
 
 /// How many times each fault happened.
@@ -45,6 +48,8 @@ pub struct FaultCounts {
     pub hangs: u64,
     /// Requests delayed by injected latency.
     pub delayed_requests: u64,
+    /// Requests held because their client was cut off ([`Faults::cut_off`]).
+    pub held_requests: u64,
 }
 
 impl Default for Faults {
@@ -57,6 +62,7 @@ impl Default for Faults {
             hang_watches: watch::channel(false).0,
             latency_ms: AtomicU64::new(0),
             forbidden: std::sync::Mutex::default(),
+            cut_off: watch::channel(std::collections::BTreeSet::new()).0,
             counts: Counters::default(),
         }
     }
@@ -116,6 +122,29 @@ impl Faults {
         forbidden
     }
 
+    /// Cuts off (`true`) or reconnects (`false`) the client that sends
+    /// `Authorization: Bearer TOKEN`, as a network partition between it and
+    /// the server does: each of its requests hangs, unanswered, until the
+    /// client gives up or the cut is lifted (its watches already open go on).
+    pub fn cut_off(&self, token: &str, cut: bool) {
+        self.cut_off.send_modify(|tokens| {
+            if cut {
+                tokens.insert(token.to_owned());
+            } else {
+                tokens.remove(token);
+            }
+        });
+    }
+
+    /// Holds a request of `token` while that client is cut off.
+    pub(crate) async fn hold_if_cut_off(&self, token: &str) {
+        let mut cut = self.cut_off.subscribe();
+        if cut.borrow().contains(token) {
+            self.counts.held_requests.fetch_add(1, Ordering::Relaxed);
+            let _ = cut.wait_for(|tokens| !tokens.contains(token)).await;
+        }
+    }
+
     /// Delays every response by `latency`.
     pub fn set_latency(&self, latency: Duration) {
         self.latency_ms.store(latency.as_millis() as u64, Ordering::SeqCst);
@@ -131,6 +160,7 @@ impl Faults {
             failed_requests: c.failed_requests.load(Ordering::Relaxed),
             hangs: c.hangs.load(Ordering::Relaxed),
             delayed_requests: c.delayed_requests.load(Ordering::Relaxed),
+            held_requests: c.held_requests.load(Ordering::Relaxed),
         }
     }
 

@@ -57,6 +57,13 @@ async fn handle(
         return sim_control(&shared, &method, control, &query);
     }
     shared.stats.request();
+    if let Some(token) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+    {
+        shared.faults.hold_if_cut_off(token).await;
+    }
     if let Some(latency) = shared.faults.take_latency() {
         tokio::time::sleep(latency).await;
     }
@@ -496,6 +503,11 @@ fn sim_control(shared: &Shared, method: &Method, path: &str, query: &HashMap<Str
         }
         (&Method::POST, "faults/hang") => {
             faults.hang_watches(query.get("on").is_none_or(|on| on != "false"));
+            StatusCode::NO_CONTENT.into_response()
+        }
+        (&Method::POST, "faults/cut-off") => {
+            let token = query.get("token").map_or("", String::as_str);
+            faults.cut_off(token, query.get("on").is_none_or(|on| on != "false"));
             StatusCode::NO_CONTENT.into_response()
         }
         (&Method::POST, "faults/latency") => {

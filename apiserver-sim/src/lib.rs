@@ -307,10 +307,21 @@ impl ApiServer {
     /// A kubeconfig file's content for this server (for `kubectl`).
     #[must_use]
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_with_user("{}")
+    }
+
+    /// [`ApiServer::kubeconfig`] for a client that sends a bearer token: the
+    /// server takes any, and [`Faults::cut_off`] tells clients apart by it.
+    #[must_use]
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        self.kubeconfig_with_user(&format!("{{token: {token:?}}}"))
+    }
+
+    fn kubeconfig_with_user(&self, user: &str) -> String {
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: kinformer-sim\n  cluster:\n    server: {url}\n\
              contexts:\n- name: kinformer-sim\n  context:\n    cluster: kinformer-sim\n    user: kinformer-sim\n    namespace: default\n\
-             current-context: kinformer-sim\nusers:\n- name: kinformer-sim\n  user: {{}}\n",
+             current-context: kinformer-sim\nusers:\n- name: kinformer-sim\n  user: {user}\n",
             url = self.url()
         )
     }

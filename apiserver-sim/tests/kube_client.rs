@@ -558,3 +558,51 @@ async fn a_hung_watch_stays_open_and_silent_until_resumed() {
     }
     assert_eq!(server.faults().counts().hangs, 1);
 }
+
+#[tokio::test]
+async fn leases_take_optimistic_concurrency_two_writers_of_one_version_get_one_conflict() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (_server, client) = start(SimConfig::default()).await;
+    let api: Api<Lease> = Api::default_namespaced(client);
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "leader"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}
+    }))
+    .unwrap();
+    let read = api.create(&PostParams::default(), &lease).await.unwrap();
+    let mut by_b = read.clone();
+    by_b.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    let mut by_c = read.clone();
+    by_c.spec.as_mut().unwrap().holder_identity = Some("c".into());
+    api.replace("leader", &PostParams::default(), &by_b).await.unwrap();
+    let lost = api.replace("leader", &PostParams::default(), &by_c).await;
+    assert_eq!(api_code(lost.unwrap_err()), 409);
+    let holder = api.get("leader").await.unwrap().spec.unwrap().holder_identity;
+    assert_eq!(holder.as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn a_cut_off_client_gets_no_answer_while_others_do() {
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let client_for = |token: &str| {
+        let mut config = server.client_config();
+        config.auth_info.token = Some(token.to_owned().into());
+        Client::try_from(config).unwrap()
+    };
+    let cut: Api<ConfigMap> = Api::default_namespaced(client_for("a"));
+    let other: Api<ConfigMap> = Api::default_namespaced(client_for("b"));
+    server.faults().cut_off("a", true);
+    assert!(
+        timeout(Duration::from_millis(300), cut.list(&ListParams::default()))
+            .await
+            .is_err(),
+        "a cut-off client got an answer"
+    );
+    other.list(&ListParams::default()).await.unwrap();
+    server.faults().cut_off("a", false);
+    timeout(Duration::from_secs(5), cut.list(&ListParams::default()))
+        .await
+        .expect("a reconnected client got no answer")
+        .unwrap();
+    assert!(server.stats().faults.held_requests >= 1);
+}

@@ -43,9 +43,17 @@ pub struct Report {
 /// When the manifest is broken, the file is not a plugin component, or `init`
 /// fails.
 pub fn check(plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
+    check_with(&PluginEngine::new()?, plugin, config)
+}
+
+/// [`check`] with `engine` (one with a disk cache, say).
+///
+/// # Errors
+///
+/// As [`check`].
+pub fn check_with(engine: &PluginEngine, plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
     let manifest = Manifest::for_plugin(plugin)?;
     let config = config.unwrap_or(&manifest.config);
-    let engine = PluginEngine::new()?;
     let bytes = kinformer::file::read_regular(plugin, manifest.limits.module_bytes)
         .with_context(|| format!("{}: cannot read the plugin file (limits.module-mib)", plugin.display()))?;
     let size = bytes.len() as u64;

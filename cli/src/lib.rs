@@ -1,33 +1,39 @@
 //! The `kinformer` command's library: the demo on the embedded API emulation,
 //! the serve loop, and what `kinformer check` prints, apart from argument
-//! parsing so that tests use them directly.
+//! parsing so that tests use them directly, and the RBAC `kinformer rbac`
+//! prints.
 
 pub mod check;
 pub mod demo;
+pub mod rbac;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use kinformer::runtime::Runtime;
 
-/// Serves until `duration` passes (or Ctrl-C when `None`), logging each
-/// plugin's progress every 30 seconds.
+/// Serves until `duration` passes (or Ctrl-C or SIGTERM when `None`),
+/// logging each plugin's progress every 30 seconds when it changed.
 pub async fn serve(runtime: &Runtime, duration: Option<Duration>) {
     let end = async {
         match duration {
             Some(duration) => tokio::time::sleep(duration).await,
-            None => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            None => stop_signal().await,
         }
     };
     tokio::pin!(end);
     let mut report = tokio::time::interval(Duration::from_secs(30));
     report.tick().await;
+    let mut last = HashMap::new();
     loop {
         tokio::select! {
             () = &mut end => break,
             _ = report.tick() => {
                 for status in runtime.status() {
+                    let progress = (status.state, status.deltas, status.errors, status.restarts, status.reloads);
+                    if last.get(&status.name) == Some(&progress) {
+                        continue;
+                    }
                     tracing::info!(
                         plugin = %status.name,
                         state = ?status.state,
@@ -37,9 +43,34 @@ pub async fn serve(runtime: &Runtime, duration: Option<Duration>) {
                         reloads = status.reloads,
                         "plugin progress"
                     );
+                    last.insert(status.name, progress);
                 }
             }
         }
     }
     tracing::info!("stopping");
+}
+
+/// Waits for Ctrl-C (SIGINT) or, on Unix, SIGTERM: what Kubernetes sends a
+/// pod it stops.
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -8,8 +8,10 @@ use anyhow::Context as _;
 use apiserver_sim::workload::{Load, Workload};
 use apiserver_sim::{ApiServer, SimConfig};
 use clap::{Parser, Subcommand};
+use kinformer::leader::LeaderElectionConfig;
 use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
 use kinformer_cli::demo::{self, DemoConfig};
+use kinformer_cli::rbac::RbacOptions;
 
 /// Kubernetes shared informers that deliver every delta to sandboxed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -18,9 +20,37 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
 
-    /// Log filter, as in RUST_LOG (e.g. `info`, `kinformer=debug`).
+    /// Log filter, as in RUST_LOG (e.g. `info`, `kinformer=debug`); the HTTP,
+    /// TLS and Kubernetes client libraries stay quiet unless named. RUST_LOG,
+    /// when set, replaces the whole filter.
     #[arg(long, global = true, env = "KINFORMER_LOG", default_value = "info")]
     log: String,
+
+    /// Log lines as text, or as one JSON object per line for log pipelines.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// What the libraries under kinformer log by default: their errors at most.
+/// kinformer says itself what a failure means ("watch failed; backing off");
+/// the connection-level lines beneath it (peers closing TLS, connect errors)
+/// repeat it in other words.
+const QUIET_LIBRARIES: &str = "wasmtime=warn,cranelift=warn,kube_client=off,kube_runtime=error,\
+     hyper=error,hyper_util=error,h2=error,rustls=error,tower=error,tower_http=error";
+
+/// The log filter: the quiet defaults, then the user's (later directives for
+/// the same target win); RUST_LOG, when set, alone.
+fn log_filter(log: &str) -> tracing_subscriber::EnvFilter {
+    match std::env::var("RUST_LOG") {
+        Ok(filter) if !filter.is_empty() => tracing_subscriber::EnvFilter::new(filter),
+        _ => tracing_subscriber::EnvFilter::new(format!("{QUIET_LIBRARIES},{log}")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -43,6 +73,8 @@ enum Command {
         /// Confine every plugin and informer to this namespace.
         #[arg(long)]
         namespace: Option<String>,
+        #[command(flatten)]
+        election: ElectionArgs,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -82,6 +114,33 @@ enum Command {
         chaos_seconds: Option<u64>,
         #[command(flatten)]
         workload: WorkloadArgs,
+    },
+    /// Print the Role, ClusterRole and bindings that `kinformer run` needs
+    /// for the plugins of a directory, as YAML for `kubectl apply -f -`: list
+    /// and watch on what their informers cache, each write verb their grants
+    /// allow, and Leases for leader election.
+    Rbac {
+        /// Directory of plugin components (*.wasm) and their manifests (*.toml).
+        #[arg(long)]
+        plugins: PathBuf,
+        /// The namespace `kinformer run --namespace` confines the host to.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Add what leader election needs (`kinformer run --leader-elect`).
+        #[arg(long)]
+        leader_elect: bool,
+        /// The Lease's namespace (default: the service account's).
+        #[arg(long, requires = "leader_elect")]
+        lease_namespace: Option<String>,
+        /// The ServiceAccount the host runs as.
+        #[arg(long, default_value = "kinformer")]
+        service_account: String,
+        /// Its namespace.
+        #[arg(long, default_value = "kinformer")]
+        service_account_namespace: String,
+        /// Where compiled plugins are cached.
+        #[arg(long, env = "KINFORMER_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
     },
     /// Load a plugin, run its `init` against an empty cache and print what it
     /// registers, or why it cannot load.
@@ -126,6 +185,83 @@ impl EngineArgs {
     }
 }
 
+/// Leader election among replicas, as Kubernetes controllers do it.
+#[derive(Debug, clap::Args)]
+struct ElectionArgs {
+    /// Take part in leader election on a Lease: plugins that can write (a
+    /// write grant, or the controller world) run only on the leader; the
+    /// others run on every replica. The identity is $POD_NAME, or the host
+    /// name and process id.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, default_value = "kinformer", requires = "leader_elect")]
+    lease_name: String,
+    /// The Lease's namespace (default: $POD_NAMESPACE, --namespace, or
+    /// `default`).
+    #[arg(long, requires = "leader_elect")]
+    lease_namespace: Option<String>,
+    /// How long a Lease holds after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = duration, requires = "leader_elect")]
+    leader_elect_lease_duration: Duration,
+    /// How long the leader leads without renewing before it stops its
+    /// writing plugins (shorter than the lease duration).
+    #[arg(long, default_value = "10s", value_parser = duration, requires = "leader_elect")]
+    leader_elect_renew_deadline: Duration,
+    /// How often to try to take or renew the Lease.
+    #[arg(long, default_value = "2s", value_parser = duration, requires = "leader_elect")]
+    leader_elect_retry_period: Duration,
+}
+
+impl ElectionArgs {
+    fn config(&self, namespace: Option<&str>) -> Option<LeaderElectionConfig> {
+        if !self.leader_elect {
+            return None;
+        }
+        let env = |name| std::env::var(name).ok().filter(|value: &String| !value.is_empty());
+        let lease_namespace = self
+            .lease_namespace
+            .clone()
+            .or_else(|| env("POD_NAMESPACE"))
+            .or_else(|| namespace.map(str::to_owned))
+            .unwrap_or_else(|| "default".to_owned());
+        let identity = env("POD_NAME").unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty())
+                .or_else(|| env("HOSTNAME"))
+                .unwrap_or_else(|| "kinformer".to_owned());
+            format!("{host}_{}", std::process::id())
+        });
+        Some(
+            LeaderElectionConfig::new(&self.lease_name, lease_namespace, identity).durations(
+                self.leader_elect_lease_duration,
+                self.leader_elect_renew_deadline,
+                self.leader_elect_retry_period,
+            ),
+        )
+    }
+}
+
+/// A duration as Kubernetes flags write them: `15s`, `500ms`, `1m`.
+fn duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: want a duration such as 15s or 500ms"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        _ => return Err(format!("{text:?}: want a duration in ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|error| format!("{text:?}: {error}"))
+}
+
 /// The synthetic workload of the emulated cluster.
 #[derive(Debug, clap::Args)]
 struct WorkloadArgs {
@@ -167,13 +303,14 @@ impl WorkloadArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
-            "wasmtime=warn,cranelift=warn,{}",
-            cli.log
-        )))
-        .with_target(false)
-        .init();
+    // Logs go to stderr: stdout is for what a command prints (`rbac`, `check`).
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(log_filter(&cli.log))
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.with_target(false).init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -193,6 +330,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             plugins,
             kubeconfig,
             namespace,
+            election,
             engine,
         } => runtime()?.block_on(async {
             let config = match &kubeconfig {
@@ -207,6 +345,9 @@ fn run(command: Command) -> anyhow::Result<()> {
             };
             let client = kube::Client::try_from(config)?;
             let mut config = engine.apply(RuntimeConfig::new(plugins));
+            if let Some(election) = election.config(namespace.as_deref()) {
+                config = config.leader_election(election);
+            }
             if let Some(namespace) = namespace {
                 config = config.namespace(namespace);
             }
@@ -296,6 +437,27 @@ fn run(command: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }),
+        Command::Rbac {
+            plugins,
+            namespace,
+            leader_elect,
+            lease_namespace,
+            service_account,
+            service_account_namespace,
+            cache_dir,
+        } => {
+            let options = RbacOptions {
+                namespace,
+                lease_namespace: leader_elect
+                    .then(|| lease_namespace.unwrap_or_else(|| service_account_namespace.clone())),
+                service_account,
+                service_account_namespace,
+                cache_dir,
+                ..RbacOptions::default()
+            };
+            print!("{}", kinformer_cli::rbac::rbac(&plugins, &options)?);
+            Ok(())
+        }
         Command::Check { plugin, config } => {
             print!("{}", kinformer_cli::check::check(&plugin, config.as_deref())?);
             Ok(())

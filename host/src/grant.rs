@@ -338,6 +338,12 @@ impl WriteRule {
         &self.namespaces
     }
 
+    /// The resources it grants.
+    #[must_use]
+    pub fn resources(&self) -> &[ResourcePattern] {
+        &self.resources
+    }
+
     fn allows(&self, verb: Verb, gvk: &GroupVersionKind, subresource: Option<&str>, namespace: Option<&str>) -> bool {
         self.verbs.contains(&verb)
             && namespace.map_or(self.namespaces.is_all(), |namespace| self.namespaces.allows(namespace))
@@ -370,7 +376,7 @@ impl fmt::Display for WriteRule {
 /// subresources with a lowercase one, which tells `v1/Pod/status` (a core
 /// subresource) from `apps/v1/Deployment` (a named group).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct ResourcePattern {
+pub struct ResourcePattern {
     api_version: Option<String>,
     kind: Option<String>,
     subresource: Option<String>,
@@ -414,6 +420,24 @@ impl ResourcePattern {
             }
             _ => Err(malformed()),
         }
+    }
+
+    /// Its apiVersion; `None` for any.
+    #[must_use]
+    pub fn api_version(&self) -> Option<&str> {
+        self.api_version.as_deref()
+    }
+
+    /// Its kind; `None` for any.
+    #[must_use]
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+
+    /// Its subresource; `None` for the object itself.
+    #[must_use]
+    pub fn subresource(&self) -> Option<&str> {
+        self.subresource.as_deref()
     }
 
     fn matches(&self, gvk: &GroupVersionKind) -> bool {

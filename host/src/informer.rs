@@ -91,6 +91,27 @@ impl Drop for Running {
     }
 }
 
+/// What one informer has done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InformerStats {
+    /// What it watches.
+    pub key: InformerKey,
+    /// Objects in its cache.
+    pub objects: usize,
+    /// Its first list is in the cache.
+    pub synced: bool,
+    /// Lists completed (the first and every relist).
+    pub lists: u64,
+    /// Watch errors survived (each followed by a re-watch or relist).
+    pub watch_errors: u64,
+    /// Of those, 410 Gone.
+    pub gone: u64,
+    /// When the last list completed.
+    pub last_sync: Option<std::time::SystemTime>,
+    /// Its reflector task still runs.
+    pub alive: bool,
+}
+
 /// A running informer; each clone is a subscription keeping it alive.
 #[derive(Debug, Clone)]
 pub struct SharedIndexInformer {
@@ -250,6 +271,28 @@ impl SharedInformerFactory {
     fn running(&self, key: &InformerKey) -> Option<Arc<Running>> {
         let informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
         informers.get(key).and_then(Weak::upgrade)
+    }
+
+    /// What each running informer has done, for metrics and readiness.
+    #[must_use]
+    pub fn stats(&self) -> Vec<InformerStats> {
+        let running: Vec<Arc<Running>> = {
+            let informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
+            informers.values().filter_map(Weak::upgrade).collect()
+        };
+        running
+            .iter()
+            .map(|running| InformerStats {
+                key: running.key.clone(),
+                objects: running.cache.len(),
+                synced: running.status.has_synced(),
+                lists: running.status.lists(),
+                watch_errors: running.status.watch_errors(),
+                gone: running.status.gone(),
+                last_sync: running.status.last_sync(),
+                alive: !running.task.is_finished(),
+            })
+            .collect()
     }
 
     /// How many informers are running.

@@ -62,6 +62,10 @@ impl std::fmt::Debug for WatchErrorHook {
 pub struct ReflectorStatus {
     synced: AtomicBool,
     watch_errors: AtomicU64,
+    gone: AtomicU64,
+    lists: AtomicU64,
+    /// When the last list completed, in milliseconds since the Unix epoch.
+    last_sync_ms: AtomicU64,
     last_error: std::sync::Mutex<Option<String>>,
 }
 
@@ -75,6 +79,23 @@ impl ReflectorStatus {
     /// followed by kube-rs's backoff and a re-watch or relist.
     pub fn watch_errors(&self) -> u64 {
         self.watch_errors.load(Ordering::Relaxed)
+    }
+
+    /// Watch errors that were 410 Gone: the watch's resourceVersion was too
+    /// old, and the watcher listed again.
+    pub fn gone(&self) -> u64 {
+        self.gone.load(Ordering::Relaxed)
+    }
+
+    /// Lists completed: the first one and every relist.
+    pub fn lists(&self) -> u64 {
+        self.lists.load(Ordering::Relaxed)
+    }
+
+    /// When the last list completed.
+    pub fn last_sync(&self) -> Option<std::time::SystemTime> {
+        let ms = self.last_sync_ms.load(Ordering::Relaxed);
+        (ms > 0).then(|| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
     }
 
     /// The last watch error, as kube-rs put it: what the server answered a
@@ -316,6 +337,9 @@ impl Reflector {
                 Ok(event) => event,
                 Err(error) => {
                     self.status.watch_errors.fetch_add(1, Ordering::Relaxed);
+                    if matches!(&error, watcher::Error::WatchError(status) if status.code == 410) {
+                        self.status.gone.fetch_add(1, Ordering::Relaxed);
+                    }
                     *self
                         .status
                         .last_error
@@ -340,6 +364,13 @@ impl Reflector {
                 if !deltas.deliver(delta).await {
                     return;
                 }
+            }
+            if done {
+                self.status.lists.fetch_add(1, Ordering::Relaxed);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+                self.status.last_sync_ms.store(now, Ordering::Relaxed);
             }
             if done && !self.status.has_synced() {
                 self.status.synced.store(true, Ordering::Release);

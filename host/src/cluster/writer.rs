@@ -16,6 +16,7 @@ use super::discovery::Discovery;
 use super::events::{self, EventKey, EventRecorder, EventStep, SPAM_BURST, SPAM_REFILL};
 use super::request::{Body, EventType, ObjectRef, Prepared, Propagation, WriteRequest, cut};
 use crate::grant::{Grant, Verb, WriteMode};
+use crate::leader::Leadership;
 use crate::limits::Limits;
 use crate::workqueue::TokenBucket;
 
@@ -34,6 +35,8 @@ pub struct Cluster {
     discovery: Arc<Discovery>,
     /// The `reportingInstance` of events: the host's name.
     instance: Arc<str>,
+    /// Writes are sent only while this says the replica leads.
+    leadership: Leadership,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -67,7 +70,16 @@ impl Cluster {
             runtime,
             discovery: Arc::default(),
             instance: instance.into(),
+            leadership: Leadership::always(),
         }
+    }
+
+    /// Sends writes only while `leadership` says this replica leads; others
+    /// are refused as [`WriteError::Unavailable`] without being sent.
+    #[must_use]
+    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.leadership = leadership;
+        self
     }
 
     /// The writer of plugin `plugin`: its grant, its write limits and mode;
@@ -413,10 +425,16 @@ impl Writer {
         self.inner.events.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The grant, then the bucket: nothing is sent outside the grant, and a
-    /// write over the rate is refused at once.
+    /// Leadership, the grant, then the bucket: nothing is sent by a replica
+    /// that does not lead or outside the grant, and a write over the rate is
+    /// refused at once.
     fn admit(&self, verb: Verb, target: &ObjectRef) -> Result<(), WriteError> {
         let inner = &self.inner;
+        if !inner.cluster.leadership.is_leading() {
+            return Err(WriteError::Unavailable(
+                "this replica is not the leader: its writes are held".to_owned(),
+            ));
+        }
         if !inner.grant.allows_write(
             verb,
             &target.gvk,
@@ -447,15 +465,22 @@ impl Writer {
         }
     }
 
-    /// `send` under the write timeout.
+    /// `send` under the write timeout, abandoned (its request cancelled) if
+    /// this replica stops leading meanwhile.
     async fn timed<T>(&self, send: impl Future<Output = Result<T, WriteError>>) -> Result<T, WriteError> {
         let timeout = self.inner.timeout;
-        tokio::time::timeout(timeout, send).await.unwrap_or_else(|_| {
-            Err(WriteError::Unavailable(format!(
-                "no answer from the API server within {} ms",
-                timeout.as_millis()
-            )))
-        })
+        let mut leadership = self.inner.cluster.leadership.clone();
+        tokio::select! {
+            sent = tokio::time::timeout(timeout, send) => sent.unwrap_or_else(|_| {
+                Err(WriteError::Unavailable(format!(
+                    "no answer from the API server within {} ms",
+                    timeout.as_millis()
+                )))
+            }),
+            () = leadership.lost() => Err(WriteError::Unavailable(
+                "this replica stopped leading: the write was abandoned".to_owned(),
+            )),
+        }
     }
 
     /// Sends a prepared write; the object as stored, as the server wrote it
@@ -632,6 +657,48 @@ mod tests {
             patch_type: super::super::PatchType::Merge,
             patch: r#"{"spec":{"replicas":3}}"#.into(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_does_not_lead_sends_nothing_and_abandons_writes_when_leading_ends() {
+        let rule = WriteRule::new([Verb::Patch], ["apps/v1/Deployment/scale"], Scope::only(["shop"])).unwrap();
+        let (switch, leadership) = Leadership::manual(false);
+        let limits = Limits {
+            write_burst: 1,
+            writes_per_second: 1,
+            ..Limits::default()
+        };
+        // A server that takes connections and never answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", silent.local_addr().unwrap());
+        let cluster = Cluster::new(kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap());
+        let writer = cluster.with_leadership(leadership).writer(
+            "scaler",
+            Grant::default().with_writes([rule]),
+            &limits,
+            WriteMode::Live,
+            None,
+        );
+        let held = writer.write(scale("shop")).await.unwrap_err();
+        assert_eq!(held.kind(), "unavailable");
+        assert!(held.message().contains("not the leader"), "{held}");
+        // Nothing was sent, so no token was taken: the one token of the burst
+        // serves the first write once it leads (discovery first), whose answer
+        // never comes; it is abandoned when leading ends.
+        switch.send_modify(|status| status.leading = true);
+        let pending = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.write(scale("shop")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        switch.send_modify(|status| status.leading = false);
+        let abandoned = tokio::time::timeout(Duration::from_secs(5), pending)
+            .await
+            .expect("a write in flight was not abandoned when leading ended")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(abandoned.kind(), "unavailable");
+        assert!(abandoned.message().contains("stopped leading"), "{abandoned}");
     }
 
     #[tokio::test]

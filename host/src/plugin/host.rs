@@ -6,8 +6,8 @@
 //! plugin, never a host panic.
 
 use kube::api::GroupVersionKind;
-use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, StoreLimits};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::kinformer::plugin::{cache, log, types};
@@ -41,7 +41,58 @@ pub(crate) struct HostState {
     pub(super) budget: CpuBudget,
     wasi: WasiCtx,
     table: ResourceTable,
-    pub(crate) store_limits: StoreLimits,
+    pub(crate) store_limits: Limiter,
+}
+
+/// The store's limits (memory, tables, instances), counting the linear
+/// memory the plugin was let grow to.
+pub(crate) struct Limiter {
+    limits: StoreLimits,
+    /// Bytes of linear memory the plugin holds.
+    pub(crate) memory_bytes: usize,
+}
+
+impl Limiter {
+    pub(crate) fn new(limits: StoreLimits) -> Self {
+        Self {
+            limits,
+            memory_bytes: 0,
+        }
+    }
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        if allowed {
+            self.memory_bytes += desired.saturating_sub(current);
+        }
+        Ok(allowed)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.memory_grow_failed(error)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
+    }
 }
 
 impl HostState {
@@ -71,7 +122,7 @@ impl HostState {
             budget: CpuBudget::new(limits.cpu_millicores),
             wasi,
             table: ResourceTable::new(),
-            store_limits,
+            store_limits: Limiter::new(store_limits),
         }
     }
 

@@ -85,6 +85,13 @@ impl PluginInstance {
         self.store.data().log.recent()
     }
 
+    /// Bytes of linear memory the plugin holds (what `limits.memory-mib`
+    /// bounds).
+    #[must_use]
+    pub fn memory_bytes(&self) -> usize {
+        self.store.data().store_limits.memory_bytes
+    }
+
     /// Log lines dropped by the rate limit so far.
     #[must_use]
     pub fn dropped_log_lines(&self) -> u64 {

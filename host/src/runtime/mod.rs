@@ -32,6 +32,16 @@
 //! version serving and is not retried until it changes; a new version that keeps
 //! failing right after its swap is rolled back to the previous one.
 //!
+//! With leader election ([`RuntimeConfig::leader_election`], [`crate::leader`]),
+//! plugins that can write (a write grant, or the controller world) run only
+//! while this replica leads: on the other replicas they stand by, and when
+//! leading ends they are stopped after their current call (their writes held
+//! from that moment). Read-only plugins run on every replica.
+//!
+//! The status address serves the plugins' status (`/plugins`), who leads
+//! (`/leader`), Prometheus metrics read from the same counters (`/metrics`,
+//! see `metrics`), and the probes `/healthz` and `/readyz`.
+//!
 //! The pieces, in the order a plugin meets them: `directory` (which files are
 //! plugins, reading them once, the debounced watch), `reconciler` (the
 //! directory → running plugins loop), `version` (one version started: `init`,
@@ -43,6 +53,7 @@
 mod controller;
 mod directory;
 mod lifecycle;
+mod metrics;
 mod reconciler;
 mod status;
 mod version;
@@ -55,6 +66,7 @@ use std::time::Duration;
 
 use crate::delta::Delta;
 use crate::informer::SharedInformerFactory;
+use crate::leader::{LeaderElection, LeaderElectionConfig, LeaderStatus};
 use crate::plugin::{EngineOptions, LogSink, PluginEngine};
 
 pub use directory::plugin_files;
@@ -135,6 +147,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The leader election settings cannot work.
+    #[error("leader election: {0}")]
+    LeaderElection(String),
     /// The worker thread could not be started.
     #[error("{plugin}: cannot start its worker thread")]
     Thread {
@@ -172,6 +187,10 @@ pub struct RuntimeConfig {
     /// first plugin loads (port 0: any free port, see
     /// [`Runtime::status_address`]).
     pub status_address: Option<std::net::SocketAddr>,
+    /// Take part in leader election on this Lease: plugins that can write
+    /// (a write grant, or the controller world) run only while this replica
+    /// leads; the others run all along. `None`: this replica always leads.
+    pub leader_election: Option<LeaderElectionConfig>,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -186,6 +205,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("quiet", &self.quiet)
             .field("max_wait", &self.max_wait)
             .field("status_address", &self.status_address)
+            .field("leader_election", &self.leader_election)
             .finish()
     }
 }
@@ -210,7 +230,15 @@ impl RuntimeConfig {
             quiet: Duration::from_millis(200),
             max_wait: Duration::from_secs(2),
             status_address: None,
+            leader_election: None,
         }
+    }
+
+    /// Sets [`RuntimeConfig::leader_election`].
+    #[must_use]
+    pub fn leader_election(mut self, config: LeaderElectionConfig) -> Self {
+        self.leader_election = Some(config);
+        self
     }
 
     /// Sets [`RuntimeConfig::status_address`].
@@ -263,6 +291,9 @@ pub type BatchObserver = Arc<dyn Fn(&str, &[Delta]) + Send + Sync>;
 pub struct Runtime {
     reconciler: Arc<Reconciler>,
     watcher: Option<tokio::task::JoinHandle<()>>,
+    /// The leader election, when configured, and the task that starts and
+    /// stops the writing plugins as leading starts and ends.
+    election: Option<(LeaderElection, tokio::task::JoinHandle<()>)>,
     /// Where the status endpoint of [`RuntimeConfig::status_address`] listens.
     status_address: Option<std::net::SocketAddr>,
 }
@@ -289,6 +320,13 @@ impl Runtime {
     /// watched, or the status address cannot be bound.
     pub async fn start(client: kube::Client, config: RuntimeConfig) -> Result<Self, Error> {
         let engine = PluginEngine::with_options(&config.engine)?;
+        if let Some(reason) = config.leader_election.as_ref().and_then(LeaderElectionConfig::invalid) {
+            return Err(Error::LeaderElection(reason));
+        }
+        let election = config
+            .leader_election
+            .map(|election| LeaderElection::start(client.clone(), election));
+        let leadership = election.as_ref().map(LeaderElection::leadership);
         let reconciler = Arc::new(Reconciler::new(
             engine,
             SharedInformerFactory::new(client),
@@ -296,7 +334,18 @@ impl Runtime {
             config.namespace,
             config.log_sink,
             config.observer,
+            leadership.clone(),
         ));
+        let election = election.zip(leadership).map(|(election, mut leadership)| {
+            let weak = Arc::downgrade(&reconciler);
+            let follower = tokio::spawn(async move {
+                while let Some(leading) = leadership.changed().await {
+                    let Some(reconciler) = weak.upgrade() else { break };
+                    drop(reconciler.follow_leadership(leading).await);
+                }
+            });
+            (election, follower)
+        });
         // Fail early on a directory that cannot be read.
         if plugin_files(&reconciler.dir)?.is_empty() {
             tracing::warn!(dir = %reconciler.dir.display(), "no plugins (*.wasm) in the plugin directory");
@@ -325,6 +374,7 @@ impl Runtime {
         let mut runtime = Self {
             reconciler,
             watcher,
+            election,
             status_address: None,
         };
         if let Some(address) = config.status_address {
@@ -354,6 +404,14 @@ impl Runtime {
     #[must_use]
     pub fn status_address(&self) -> Option<std::net::SocketAddr> {
         self.status_address
+    }
+
+    /// Who leads, when this runtime takes part in leader election.
+    #[must_use]
+    pub fn leader(&self) -> Option<LeaderStatus> {
+        self.election
+            .as_ref()
+            .map(|(election, _)| election.leadership().status())
     }
 
     /// The status of every plugin, by name.
@@ -391,7 +449,6 @@ impl Runtime {
         status::serve(
             address,
             Arc::downgrade(&self.reconciler),
-            Reconciler::status,
             self.reconciler.stop.subscribe(),
         )
         .await
@@ -400,11 +457,16 @@ impl Runtime {
     /// Stops every plugin and returns their final status. Each worker finishes
     /// the call it is in; one still busy after [`SHUTDOWN_GRACE`] is abandoned
     /// (its call ends at its deadline), so shutting down is bounded whatever
-    /// the plugins do.
+    /// the plugins do. A leader then releases its Lease, so another replica
+    /// takes over at once.
     pub async fn shutdown(mut self) -> Vec<PluginStatus> {
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
         }
+        let election = self.election.take().map(|(election, follower)| {
+            follower.abort();
+            election
+        });
         let _ = self.reconciler.stop.send(true);
         let threads: Vec<JoinHandle<()>> = self.reconciler.take_threads();
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
@@ -419,6 +481,9 @@ impl Runtime {
                 tracing::warn!(thread = %name, "a plugin worker did not stop in time; abandoned");
             }
         }
+        if let Some(election) = election {
+            election.release(SHUTDOWN_GRACE).await;
+        }
         self.reconciler.status()
     }
 }
@@ -427,9 +492,14 @@ impl Runtime {
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 impl Drop for Runtime {
+    /// Stops without releasing a Lease it holds, as a replica that dies does:
+    /// the Lease expires.
     fn drop(&mut self) {
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
+        }
+        if let Some((_, follower)) = &self.election {
+            follower.abort();
         }
         let _ = self.reconciler.stop.send(true);
     }

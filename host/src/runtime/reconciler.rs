@@ -21,6 +21,7 @@ use super::{BatchObserver, Error};
 use crate::cluster::Cluster;
 use crate::grant::Scope;
 use crate::informer::SharedInformerFactory;
+use crate::leader::Leadership;
 use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
 
 /// A plugin the reconciler knows, by name.
@@ -38,6 +39,11 @@ struct Plugin {
     loading: Option<Loading>,
     /// Held by the plugin's compile, until the compiler returns.
     compiling: Arc<tokio::sync::Mutex<()>>,
+    /// It can write to the cluster (a write grant, or the controller world):
+    /// it runs only while this replica leads.
+    writes: bool,
+    /// It writes and waits for this replica to lead.
+    standby: bool,
 }
 
 /// A load of one version of a plugin, running as a task of its own.
@@ -77,6 +83,12 @@ pub(super) struct Reconciler {
     pub(super) namespace: Option<String>,
     pub(super) log_sink: Option<LogSink>,
     pub(super) observer: Option<BatchObserver>,
+    /// Whether this replica leads: writing plugins run only while it does.
+    pub(super) leadership: Leadership,
+    /// The leader election's view, when there is one.
+    pub(super) election: Option<Leadership>,
+    /// Set once the directory was scanned: every plugin of it is known.
+    scanned: std::sync::atomic::AtomicBool,
     plugins: Mutex<BTreeMap<String, Plugin>>,
     /// Held while the directory is reconciled: one reconciliation at a time.
     reconciling: tokio::sync::Mutex<()>,
@@ -91,17 +103,22 @@ impl Reconciler {
         namespace: Option<String>,
         log_sink: Option<LogSink>,
         observer: Option<BatchObserver>,
+        election: Option<Leadership>,
     ) -> Self {
+        let leadership = election.clone().unwrap_or_else(Leadership::always);
         let scope = namespace.as_ref().map_or_else(Scope::all, |ns| Scope::only([ns]));
         Self {
             engine,
-            cluster: Cluster::new(factory.client().clone()),
+            cluster: Cluster::new(factory.client().clone()).with_leadership(leadership.clone()),
+            leadership,
             factory,
             dir,
             scope,
             namespace,
             log_sink,
             observer,
+            election,
+            scanned: std::sync::atomic::AtomicBool::new(false),
             plugins: Mutex::new(BTreeMap::new()),
             reconciling: tokio::sync::Mutex::new(()),
             stop: tokio::sync::watch::channel(false).0,
@@ -118,6 +135,25 @@ impl Reconciler {
             .values()
             .map(|plugin| plugin.status.lock().unwrap_or_else(PoisonError::into_inner).clone())
             .collect()
+    }
+
+    /// True while the plugins' workers and the informers' reflectors run
+    /// (a worker ends only when its plugin is unloaded or stopped).
+    pub(super) fn healthy(&self) -> bool {
+        let workers = self
+            .plugins()
+            .values()
+            .filter_map(|plugin| plugin.worker.as_ref())
+            .all(|worker| !worker.thread.is_finished() || *self.stop.borrow());
+        workers && self.factory.stats().iter().all(|informer| informer.alive)
+    }
+
+    /// True once the directory was scanned, every plugin of it loaded,
+    /// reported failed or standing by, and every informer synced.
+    pub(super) fn ready(&self) -> bool {
+        self.scanned.load(std::sync::atomic::Ordering::Acquire)
+            && self.status().iter().all(|status| status.state != PluginState::Starting)
+            && self.factory.stats().iter().all(|informer| informer.synced)
     }
 
     /// Takes every worker's thread, to join them at shutdown.
@@ -174,6 +210,8 @@ impl Reconciler {
                 worker: None,
                 loading: None,
                 compiling: Arc::default(),
+                writes: false,
+                standby: false,
             });
             update(&plugin.status, |status| {
                 status.desired_digest = Some(files.fingerprint.digest.clone());
@@ -211,6 +249,7 @@ impl Reconciler {
                 done,
             });
         }
+        self.scanned.store(true, std::sync::atomic::Ordering::Release);
         loads
     }
 
@@ -297,9 +336,14 @@ impl Reconciler {
                 }
             }
         };
-        self.plugins()
-            .entry(name.to_owned())
-            .and_modify(|plugin| plugin.component = Some(component.clone()));
+        let writes = !manifest.grant.writes().is_empty() || component.is_controller();
+        self.plugins().entry(name.to_owned()).and_modify(|plugin| {
+            plugin.component = Some(component.clone());
+            plugin.writes = writes;
+        });
+        if writes && self.stand_by(&mut self.plugins(), name, &fingerprint, status) {
+            return;
+        }
         let context = Context {
             factory: &self.factory,
             scope: &self.scope,
@@ -317,6 +361,10 @@ impl Reconciler {
         };
 
         let mut plugins = self.plugins();
+        // Leading may have ended while it loaded.
+        if writes && self.stand_by(&mut plugins, name, &fingerprint, status) {
+            return;
+        }
         let Some(plugin) = plugins.get_mut(name) else { return };
         plugin.applied = Some(fingerprint.clone());
         update(status, |status| status.load_error = None);
@@ -343,6 +391,65 @@ impl Reconciler {
                 self.reject(name, &fingerprint, status, &error, reload);
             }
         }
+    }
+
+    /// Leaves a writing plugin waiting until this replica leads, unless it
+    /// leads: true when it waits. Asked and marked under the plugins' lock,
+    /// which [`Reconciler::follow_leadership`] takes once leading began, so a
+    /// plugin that waits is started then.
+    fn stand_by(
+        &self,
+        plugins: &mut BTreeMap<String, Plugin>,
+        name: &str,
+        fingerprint: &Fingerprint,
+        status: &SharedStatus,
+    ) -> bool {
+        if self.leadership.is_leading() {
+            return false;
+        }
+        if let Some(plugin) = plugins.get_mut(name) {
+            plugin.applied = Some(fingerprint.clone());
+            plugin.standby = true;
+        }
+        update(status, |status| status.state = PluginState::Standby);
+        tracing::info!(plugin = %name, "the plugin writes to the cluster: it runs once this replica leads");
+        true
+    }
+
+    /// Starts the writing plugins when this replica starts leading; stops
+    /// them, after the call each is in, when it stops (their writes are
+    /// already held by the cluster's gate). Returns the loads started.
+    pub(super) async fn follow_leadership(self: &Arc<Self>, leading: bool) -> Vec<Done> {
+        if leading {
+            for plugin in self.plugins().values_mut().filter(|plugin| plugin.standby) {
+                plugin.standby = false;
+                plugin.applied = None;
+            }
+            return self.reconcile().await;
+        }
+        let _one_at_a_time = self.reconciling.lock().await;
+        let stopping: Vec<(SharedStatus, Option<WorkerHandle>)> = self
+            .plugins()
+            .values_mut()
+            .filter(|plugin| plugin.writes && !plugin.standby)
+            .map(|plugin| {
+                if let Some(loading) = plugin.loading.take() {
+                    loading.task.abort();
+                }
+                plugin.standby = true;
+                (Arc::clone(&plugin.status), plugin.worker.take())
+            })
+            .collect();
+        for (status, worker) in stopping {
+            let name = update(&status, |status| status.name.clone());
+            tracing::info!(plugin = %name, "this replica no longer leads: stopping the writing plugin");
+            if let Some(worker) = worker {
+                let _ = worker.commands.send(Command::Stop);
+                drop(tokio::task::spawn_blocking(move || worker.thread.join()).await);
+            }
+            update(&status, |status| status.state = PluginState::Standby);
+        }
+        Vec::new()
     }
 
     /// Records a version that could not load; an earlier version keeps running.

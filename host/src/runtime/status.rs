@@ -1,15 +1,18 @@
 //! What each plugin is doing and has done: its state, digests and counters,
 //! kept by the reconciler and the worker, and served as JSON over HTTP.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use serde::{Serialize, Serializer};
 
+use super::reconciler::Reconciler;
 use crate::cluster::WriteRecord;
+use crate::leader::Leadership;
 use crate::plugin::{LogLine, plugin_name};
 use crate::registration::Registration;
+use crate::workqueue::{DurationHistogram, WorkQueueStats};
 
 /// Where a plugin is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -27,6 +30,9 @@ pub enum PluginState {
     Failed,
     /// Stopped by the host.
     Stopped,
+    /// Writes to the cluster, and waits for this replica to lead (leader
+    /// election).
+    Standby,
 }
 
 /// How recent log lines a status keeps.
@@ -93,6 +99,21 @@ pub struct PluginStatus {
     pub write_errors: u64,
     /// Writes refused for the plugin's write rate (or the server's).
     pub throttled: u64,
+    /// Writes by verb and outcome (`ok`, `throttled`, `denied`, ...).
+    #[serde(skip)]
+    pub writes_by: BTreeMap<(&'static str, &'static str), u64>,
+    /// How long its `handle` calls took.
+    #[serde(skip)]
+    pub handle_duration: DurationHistogram,
+    /// Bytes of linear memory its instance holds, as of its last call.
+    pub memory_bytes: usize,
+    /// Deltas waiting in its queues, as last seen by its worker.
+    pub queued: usize,
+    /// Times one of its queues overflowed and caught up from the cache.
+    pub catch_ups: u64,
+    /// A controller's workqueue, as of its last reconcile.
+    #[serde(skip)]
+    pub workqueue: Option<WorkQueueStats>,
     /// The last dry-run writes, oldest first: what the plugin would have done.
     pub intents: VecDeque<WriteRecord>,
     /// The plugin's most recent log lines, across restarts, oldest first.
@@ -128,6 +149,12 @@ impl PluginStatus {
             writes: 0,
             write_errors: 0,
             throttled: 0,
+            writes_by: BTreeMap::new(),
+            handle_duration: DurationHistogram::default(),
+            memory_bytes: 0,
+            queued: 0,
+            catch_ups: 0,
+            workqueue: None,
             intents: VecDeque::new(),
             recent_logs: VecDeque::new(),
         }
@@ -140,6 +167,7 @@ impl PluginStatus {
             "throttled" => self.throttled += 1,
             _ => self.write_errors += 1,
         }
+        *self.writes_by.entry((record.verb, record.outcome)).or_default() += 1;
         if record.dry_run {
             if self.intents.len() == STATUS_INTENTS {
                 self.intents.pop_front();
@@ -171,28 +199,81 @@ fn registered_version<S: Serializer>(registration: &Option<Registration>, serial
         .serialize(serializer)
 }
 
-/// Serves every plugin's status (without the log lines) as a JSON array at
-/// `GET /plugins` until `stopped` turns true; `statuses` answers each request
-/// while the runtime lives. Returns the address bound.
-pub(super) async fn serve<T: Send + Sync + 'static>(
+/// Serves, until `stopped` turns true and while the runtime lives:
+///
+/// - `GET /plugins`: every plugin's status (without the log lines), a JSON array;
+/// - `GET /leader`: who leads (`null` without leader election);
+/// - `GET /metrics`: the Prometheus metrics ([`super::metrics`]);
+/// - `GET /healthz`: 200 while the plugins' workers and the informers run;
+/// - `GET /readyz`: 503 until the directory was loaded (each plugin running,
+///   failed or standing by) and every informer synced, then 200.
+///
+/// Returns the address bound.
+pub(super) async fn serve(
     address: std::net::SocketAddr,
-    owner: Weak<T>,
-    statuses: fn(&T) -> Vec<PluginStatus>,
+    reconciler: Weak<Reconciler>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<std::net::SocketAddr> {
+    use axum::http::{StatusCode, header::CONTENT_TYPE};
+    use axum::routing::get;
+
     let listener = tokio::net::TcpListener::bind(address).await?;
     let bound = listener.local_addr()?;
-    let app = axum::Router::new().route(
-        "/plugins",
-        axum::routing::get(move || {
-            let owner = owner.clone();
-            async move {
-                let plugins = owner.upgrade().map(|owner| statuses(&owner)).unwrap_or_default();
-                let body = serde_json::to_string(&plugins).unwrap_or_else(|_| "[]".to_owned());
-                ([(axum::http::header::CONTENT_TYPE, "application/json")], body)
-            }
-        }),
-    );
+    let json = |body: String| ([(CONTENT_TYPE, "application/json")], body);
+    let probe = |ok: bool| {
+        if ok {
+            (StatusCode::OK, "ok\n")
+        } else {
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        }
+    };
+    let registry = Arc::new(super::metrics::registry(reconciler.clone()));
+    let app = axum::Router::new()
+        .route(
+            "/plugins",
+            get({
+                let reconciler = reconciler.clone();
+                move || async move {
+                    let plugins = reconciler.upgrade().map(|r| r.status()).unwrap_or_default();
+                    json(serde_json::to_string(&plugins).unwrap_or_else(|_| "[]".to_owned()))
+                }
+            }),
+        )
+        .route(
+            "/leader",
+            get({
+                let reconciler = reconciler.clone();
+                move || async move {
+                    let leader = reconciler
+                        .upgrade()
+                        .and_then(|r| r.election.as_ref().map(Leadership::status));
+                    json(serde_json::to_string(&leader).unwrap_or_else(|_| "null".to_owned()))
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || async move {
+                (
+                    [(
+                        CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    super::metrics::render(&registry),
+                )
+            }),
+        )
+        .route(
+            "/healthz",
+            get({
+                let reconciler = reconciler.clone();
+                move || async move { probe(reconciler.upgrade().is_some_and(|r| r.healthy())) }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(move || async move { probe(reconciler.upgrade().is_some_and(|r| r.ready())) }),
+        );
     tokio::spawn(async move {
         let shutdown = async move {
             let _ = stopped.wait_for(|stop| *stop).await;
@@ -201,7 +282,7 @@ pub(super) async fn serve<T: Send + Sync + 'static>(
             tracing::warn!(%error, "status endpoint stopped");
         }
     });
-    tracing::info!(address = %bound, "plugin status at http://{bound}/plugins");
+    tracing::info!(address = %bound, "plugin status at http://{bound}/plugins, metrics at /metrics");
     Ok(bound)
 }
 

@@ -21,6 +21,9 @@ pub(super) enum Command {
     Swap(Box<Version>),
     /// Handle what is queued, then stop.
     Unload,
+    /// Stop after the current call, leaving what is queued: this replica no
+    /// longer leads.
+    Stop,
 }
 
 /// The reconciler's handle on a worker.
@@ -221,6 +224,7 @@ impl Worker {
     fn command(&mut self, command: Command) -> Event {
         match command {
             Command::Unload => Event::Unload,
+            Command::Stop => Event::Stop,
             Command::Swap(version) => {
                 let mut version = *version;
                 self.instance = version.instance.take();
@@ -340,10 +344,13 @@ impl Worker {
             Err(error) => Some((super::error_text(error), true)),
         };
         keys.finished(key, outcome.as_ref().map(|requeue| *requeue).map_err(|_| ()));
-        let depth = keys.stats().depth;
+        let stats = keys.stats();
+        let memory_bytes = instance.memory_bytes();
         update(&self.status, |status| {
+            status.memory_bytes = memory_bytes;
             status.reconciles += 1;
-            status.queue_depth = depth;
+            status.queue_depth = stats.depth;
+            status.workqueue = Some(stats);
             if let Some((message, trapped)) = &failed {
                 status.errors += 1;
                 status.traps += u64::from(*trapped);
@@ -488,8 +495,22 @@ impl Worker {
                     "delivering"
                 );
             }
+            let started = Instant::now();
             let handled = instance.handle(batch);
-            note_paused(&self.status, instance);
+            let took = started.elapsed();
+            let memory_bytes = instance.memory_bytes();
+            let paused = instance.take_paused();
+            let (queued, catch_ups) = self.feeds.iter().fold((0, 0), |(queued, catch_ups), feed| {
+                let stats = feed.listener.stats();
+                (queued + stats.queued, catch_ups + stats.overflows)
+            });
+            update(&self.status, |status| {
+                status.handle_duration.observe(took);
+                status.memory_bytes = memory_bytes;
+                status.queued = queued;
+                status.catch_ups = catch_ups;
+                status.cpu_paused_ms += paused.as_millis() as u64;
+            });
             match handled {
                 Ok(()) => {
                     update(&self.status, |status| {

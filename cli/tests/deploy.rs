@@ -1,0 +1,222 @@
+//! `kinformer rbac` for the example plugins grants what their grants and
+//! registrations need and nothing more, and the manifests of `deploy/` parse,
+//! carry that RBAC, and run two replicas with leader election, probes and a
+//! restricted security context.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use kinformer::grant::Verb;
+use kinformer::manifest::Manifest;
+use kinformer::plugin::{EngineOptions, PluginEngine};
+use kinformer_cli::rbac::RbacOptions;
+use serde::Deserialize as _;
+
+/// (namespace or `*` for the ClusterRole, apiGroup, resource, verb).
+type Permission = (String, String, String, String);
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// The YAML documents of a text.
+fn documents(text: &str) -> Vec<serde_yaml::Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|document| serde_yaml::Value::deserialize(document).unwrap())
+        .filter(|value| !value.is_null())
+        .collect()
+}
+
+fn kind(document: &serde_yaml::Value) -> &str {
+    document["kind"].as_str().unwrap()
+}
+
+/// The permissions the Roles and ClusterRoles of `documents` grant.
+fn granted(documents: &[serde_yaml::Value]) -> BTreeSet<Permission> {
+    let mut granted = BTreeSet::new();
+    let mut add = |place: String, rules: Vec<PolicyRule>| {
+        for rule in rules {
+            for group in rule.api_groups.unwrap_or_default() {
+                for resource in rule.resources.clone().unwrap_or_default() {
+                    for verb in &rule.verbs {
+                        granted.insert((place.clone(), group.clone(), resource.clone(), verb.clone()));
+                    }
+                }
+            }
+        }
+    };
+    for document in documents {
+        match kind(document) {
+            "ClusterRole" => {
+                let role: ClusterRole = serde_yaml::from_value(document.clone()).unwrap();
+                add("*".into(), role.rules.unwrap_or_default());
+            }
+            "Role" => {
+                let role: Role = serde_yaml::from_value(document.clone()).unwrap();
+                add(role.metadata.namespace.unwrap(), role.rules.unwrap_or_default());
+            }
+            _ => {}
+        }
+    }
+    granted
+}
+
+/// The plural the API server names a kind by, for the kinds the examples use.
+fn plural(kind: &str) -> String {
+    match kind {
+        "Pod" => "pods",
+        "Deployment" => "deployments",
+        "HorizontalPodAutoscaler" => "horizontalpodautoscalers",
+        "Node" => "nodes",
+        "Event" => "events",
+        "ConfigMap" => "configmaps",
+        "ReplicaSet" => "replicasets",
+        other => panic!("no plural known for {other}: add it here"),
+    }
+    .to_owned()
+}
+
+/// What the example plugins need, from their grants and registrations as
+/// `kinformer check` reports them: list and watch on each accepted
+/// subscription, each write verb (apply is RBAC's patch) on each written
+/// resource, and get, create and update on Leases.
+fn needed(dir: &Path, cache: &Path) -> BTreeSet<Permission> {
+    let engine = PluginEngine::with_options(&EngineOptions {
+        cache_dir: Some(cache.to_owned()),
+        pooled_instances: None,
+    })
+    .unwrap();
+    let mut needed = BTreeSet::new();
+    for plugin in kinformer::runtime::plugin_files(dir).unwrap() {
+        let report = kinformer_cli::check::check_with(&engine, &plugin, None).unwrap();
+        let manifest = Manifest::for_plugin(&plugin).unwrap();
+        for subscription in &manifest.grant.review(&report.registration).subscriptions {
+            let place = subscription.namespace.clone().unwrap_or_else(|| "*".into());
+            for verb in ["list", "watch"] {
+                let gvk = &subscription.gvk;
+                needed.insert((place.clone(), gvk.group.clone(), plural(&gvk.kind), verb.into()));
+            }
+        }
+        for rule in manifest.grant.writes() {
+            assert!(rule.namespaces().is_all(), "the examples write in every namespace");
+            for pattern in rule.resources() {
+                let api_version = pattern.api_version().unwrap();
+                let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+                let resource = match pattern.subresource() {
+                    Some(subresource) => format!("{}/{subresource}", plural(pattern.kind().unwrap())),
+                    None => plural(pattern.kind().unwrap()),
+                };
+                for verb in rule.verbs() {
+                    let verb = if verb == Verb::Apply { "patch" } else { verb.as_str() };
+                    needed.insert(("*".into(), group.into(), resource.clone(), verb.into()));
+                }
+            }
+        }
+    }
+    for verb in ["get", "create", "update"] {
+        needed.insert((
+            "kinformer".into(),
+            "coordination.k8s.io".into(),
+            "leases".into(),
+            verb.into(),
+        ));
+    }
+    needed
+}
+
+#[test]
+fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_it() {
+    let dir = tempfile::tempdir().unwrap();
+    kinformer_cli::demo::write_plugins(dir.path(), plugin_artifacts::ALL).unwrap();
+    // Compiled once, then taken from the cache by this and later runs.
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache");
+    let options = RbacOptions {
+        lease_namespace: Some("kinformer".into()),
+        cache_dir: Some(cache.clone()),
+        ..RbacOptions::default()
+    };
+    let printed = kinformer_cli::rbac::rbac(dir.path(), &options).unwrap();
+    let printed = documents(&printed);
+
+    // Nothing missing, nothing extra.
+    let granted = granted(&printed);
+    let needed = needed(dir.path(), &cache);
+    let missing: Vec<_> = needed.difference(&granted).collect();
+    let extra: Vec<_> = granted.difference(&needed).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, extra {extra:?}"
+    );
+
+    // Each role is bound to the service account.
+    let bound: Vec<(&str, &str)> = printed
+        .iter()
+        .filter(|document| kind(document).ends_with("Binding"))
+        .map(|binding| {
+            assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");
+            assert_eq!(binding["subjects"][0]["name"], "kinformer");
+            assert_eq!(binding["subjects"][0]["namespace"], "kinformer");
+            (kind(binding), binding["roleRef"]["kind"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(bound, [("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")]);
+
+    // deploy/rbac.yaml is what `kinformer rbac` prints.
+    let shipped = documents(&std::fs::read_to_string(deploy().join("rbac.yaml")).unwrap());
+    assert_eq!(
+        shipped, printed,
+        "deploy/rbac.yaml differs from `kinformer rbac --plugins DIR --leader-elect` for the examples"
+    );
+
+    // The Deployment: two replicas electing a leader, as the service account
+    // the RBAC binds, probed, restricted, every example plugin mounted.
+    let objects = documents(&std::fs::read_to_string(deploy().join("kinformer.yaml")).unwrap());
+    let kinds: Vec<&str> = objects.iter().map(kind).collect();
+    assert_eq!(kinds, ["Namespace", "ServiceAccount", "Deployment"]);
+    assert_eq!(objects[1]["metadata"]["name"], "kinformer");
+    assert_eq!(objects[1]["metadata"]["namespace"], "kinformer");
+    let deployment: Deployment = serde_yaml::from_value(objects[2].clone()).unwrap();
+    let spec = deployment.spec;
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("kinformer"));
+    assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
+    let container = &pod.containers[0];
+    let args = container.args.clone().unwrap();
+    assert!(args.contains(&"--leader-elect".to_owned()), "{args:?}");
+    assert!(args.iter().any(|arg| arg == "--plugins=/plugins"));
+    let env: Vec<&str> = container.env.iter().flatten().map(|env| env.name.as_str()).collect();
+    assert_eq!(env, ["POD_NAME", "POD_NAMESPACE"], "the Lease's identity and namespace");
+    let probe = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        probe
+            .as_ref()
+            .and_then(|probe| probe.http_get.as_ref())
+            .and_then(|get| get.path.clone())
+    };
+    assert_eq!(probe(&container.liveness_probe).as_deref(), Some("/healthz"));
+    assert_eq!(probe(&container.readiness_probe).as_deref(), Some("/readyz"));
+    let security = container.security_context.clone().unwrap();
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.capabilities.unwrap().drop, Some(vec!["ALL".to_owned()]));
+    let volumes = pod.volumes.unwrap();
+    let mounted: Vec<String> = volumes
+        .iter()
+        .filter_map(|volume| volume.projected.as_ref())
+        .flat_map(|projected| projected.sources.iter().flatten())
+        .filter_map(|source| source.config_map.as_ref().map(|map| map.name.clone()))
+        .collect();
+    let examples: Vec<String> = plugin_artifacts::ALL
+        .iter()
+        .map(|(file, _)| format!("kinformer-plugin-{}", file.trim_end_matches(".wasm")))
+        .collect();
+    assert_eq!(mounted, examples);
+    assert!(
+        volumes
+            .iter()
+            .any(|volume| volume.name == "cache" && volume.empty_dir.is_some())
+    );
+}
