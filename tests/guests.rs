@@ -1,6 +1,6 @@
-//! Plugins written in Python, built from source with their SDK's build, on the
-//! churning emulation: the same record of deltas, the same grants and the same
-//! hot reload as a Rust plugin.
+//! Plugins written in Python and JavaScript, built from source with their
+//! SDK's build, on the churning emulation: the same record of deltas, the same
+//! grants and the same hot reload as a Rust plugin.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::collections::BTreeMap;
@@ -206,4 +206,68 @@ async fn a_python_plugin_is_swapped_like_a_rust_one() {
     let generations = Generations::of(&labelled);
     assert_eq!(generations.count, 2, "one swap, two generations");
     assert_record_matches_server(&generations.combined, &pod_changes(&server, None));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_plugins_record_what_the_server_did_and_see_only_their_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let component = example(Language::JavaScript, "node-budget");
+    // Every pod requests 200m: a node with two pods is over the budget.
+    publish(d, "all.toml", quick_manifest("millicpu=300").as_bytes());
+    publish(d, "all.wasm", &component);
+    let granted = "[grant]\nresources = [\"v1/Pod\"]\nnamespaces = [\"ns-1\"]\n";
+    publish(
+        d,
+        "ns-1.toml",
+        format!("{}{granted}", quick_manifest("millicpu=300")).as_bytes(),
+    );
+    publish(d, "ns-1.wasm", &component);
+    let workload = Workload::default().seed(13).size(2, 2, 3).changes_per_second(200.0);
+    let (server, churn, client) = cluster(&workload).await;
+    let logs = Logs::default();
+    let config = RuntimeConfig::new(d).log_sink(logs.sink()).cache_dir(compile_cache());
+    let runtime = Runtime::start(client, config).await.unwrap();
+    until("both JavaScript plugins to run", Duration::from_secs(120), || {
+        runtime.all_running()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    churn.abort();
+    caught_up(&server, &pods(), || record(&logs, "all")).await;
+    holds_last(&pod_changes(&server, Some("ns-1")), || record(&logs, "ns-1")).await;
+    let statuses = runtime.shutdown().await;
+
+    let all = record(&logs, "all");
+    assert!(
+        all.iter().filter(|l| !l.initial).count() > 100,
+        "too little churn: {all:?}"
+    );
+    assert_record_matches_server(&all, &pod_changes(&server, None));
+    let granted = record(&logs, "ns-1");
+    assert!(
+        granted.iter().all(|logged| logged.key.starts_with("ns-1/")),
+        "{granted:#?}"
+    );
+    assert_record_matches_server(&granted, &pod_changes(&server, Some("ns-1")));
+    // Each report sums the pods a by-index query found on the node.
+    let reports: Vec<String> = logs
+        .of("all")
+        .into_iter()
+        .filter(|line| line.starts_with("node "))
+        .collect();
+    assert!(
+        reports.iter().any(|line| line.ends_with("over the budget of 300m")),
+        "{reports:#?}"
+    );
+    for line in &reports {
+        let words: Vec<&str> = line.split(' ').collect();
+        let pods: u32 = words[2].parse().unwrap();
+        assert_eq!(words[5], format!("{}m", pods * 200), "{line}");
+    }
+    for plugin in ["all", "ns-1"] {
+        let status = status(&statuses, plugin);
+        assert!(status.refused.is_empty(), "{status:#?}");
+        assert_eq!((status.traps, status.errors, status.restarts), (0, 0, 0), "{status:#?}");
+    }
 }

@@ -1,6 +1,5 @@
-//! Plugins in Python (and other languages that build components from `wit/`),
-//! built from source by their SDK's build script, once per test binary, and
-//! rebuilt only when their sources changed.
+//! Plugins in Python and JavaScript, built from source by their SDK's build
+//! script, once per test binary, and rebuilt only when their sources changed.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::path::{Path, PathBuf};
@@ -32,18 +31,22 @@ pub fn compile_cache() -> PathBuf {
 pub enum Language {
     /// `guest-sdk/python/build`, with componentize-py.
     Python,
+    /// `guest-sdk/js/build`, with componentize-js.
+    JavaScript,
 }
 
 impl Language {
     fn build_script(self) -> PathBuf {
         match self {
             Self::Python => root().join("guest-sdk/python/build"),
+            Self::JavaScript => root().join("guest-sdk/js/build"),
         }
     }
 
     fn sdk(self) -> PathBuf {
         match self {
             Self::Python => root().join("guest-sdk/python"),
+            Self::JavaScript => root().join("guest-sdk/js"),
         }
     }
 }
