@@ -1,9 +1,11 @@
 //! The `kinformer` command's library: the demo on the embedded API emulation,
-//! the serve loop, and what `kinformer check` prints, apart from argument
-//! parsing so that tests use them directly.
+//! the serve loop, what `kinformer check` prints, and `record` and `replay`,
+//! apart from argument parsing so that tests use them directly.
 
 pub mod check;
 pub mod demo;
+pub mod recording;
+pub mod replay;
 
 use std::time::Duration;
 
