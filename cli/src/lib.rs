@@ -1,11 +1,13 @@
 //! The `kinformer` command's library: the demo on the embedded API emulation,
-//! the serve loop, what `kinformer check` prints, and `record` and `replay`,
-//! apart from argument parsing so that tests use them directly.
+//! the serve loop, what `kinformer check` prints, `record` and `replay`, and
+//! the projects `kinformer new` writes, apart from argument parsing so that
+//! tests use them directly.
 
 pub mod check;
 pub mod demo;
 pub mod recording;
 pub mod replay;
+pub mod scaffold;
 
 use std::time::Duration;
 

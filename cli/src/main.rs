@@ -118,6 +118,18 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// Write a new plugin project: a plugin that logs deltas, its build, a
+    /// manifest with a narrow grant, and a README of three commands.
+    New {
+        /// The plugin's name; also the project's directory (see --dir).
+        name: String,
+        /// rust, python or js.
+        #[arg(long, default_value = "rust")]
+        lang: kinformer_cli::scaffold::Language,
+        /// Where to write the project (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Load a plugin, run its `init` against an empty cache and print what it
     /// registers, or why it cannot load.
     Check {
@@ -398,6 +410,19 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 if outcome.trap.is_some() { ", trapped" } else { "" }
             );
             Ok(outcome.exit_code())
+        }
+        Command::New { name, lang, dir } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let sdk = kinformer_cli::scaffold::SdkSource::detect();
+            for file in kinformer_cli::scaffold::new_plugin(&dir, &name, lang, &sdk)? {
+                println!("wrote {}", file.display());
+            }
+            println!(
+                "build it: cd {} && {}",
+                dir.display(),
+                kinformer_cli::scaffold::build_line(lang, &name)
+            );
+            Ok(0)
         }
         Command::Check { plugin, config } => {
             print!("{}", kinformer_cli::check::check(&plugin, config.as_deref())?);
