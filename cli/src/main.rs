@@ -239,11 +239,13 @@ impl WorkloadArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let mut filter = format!("wasmtime=warn,cranelift=warn,{}", cli.log);
+    if matches!(cli.command, Command::Replay { .. }) {
+        // The replay prints the plugin's lines itself, on stdout.
+        filter.push_str(",kinformer::plugin::log=off");
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
-            "wasmtime=warn,cranelift=warn,{}",
-            cli.log
-        )))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_target(false)
         .init();
     match run(cli.command) {

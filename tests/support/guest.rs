@@ -96,17 +96,18 @@ pub fn build(language: Language, source: &Path, out: &Path) {
     std::fs::rename(&partial, out).unwrap();
 }
 
-/// The newest modification time of a file or of anything under a directory.
+/// The newest modification time of a file, or of the files under a directory
+/// (a build's bytecode caches aside).
 fn newest(path: &Path) -> SystemTime {
     let meta = std::fs::metadata(path).unwrap();
-    let mut newest = meta.modified().unwrap();
-    if meta.is_dir() {
-        for entry in std::fs::read_dir(path).unwrap() {
-            let entry = entry.unwrap().path();
-            if entry.file_name().is_some_and(|name| name != "__pycache__") {
-                newest = newest.max(self::newest(&entry));
-            }
-        }
+    if !meta.is_dir() {
+        return meta.modified().unwrap();
     }
-    newest
+    std::fs::read_dir(path)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|entry| entry.file_name().is_some_and(|name| name != "__pycache__"))
+        .map(|entry| newest(&entry))
+        .max()
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
