@@ -13,7 +13,7 @@ use kinformer::plugin::digest;
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_tests::guest::{Language, compile_cache, example};
 use kinformer_tests::runtime::{
-    Generations, Logged, Logs, assert_record_matches_server, caught_up, cluster, plugin_status, publish,
+    Generations, Logged, Logs, assert_record_matches_server, caught_up, cluster, listed_status, plugin_status, publish,
     quick_manifest, server_changes, status, until,
 };
 use plugin_artifacts::variant;
@@ -176,10 +176,11 @@ async fn a_python_plugin_is_swapped_like_a_rust_one() {
     let config = RuntimeConfig::new(d).log_sink(logs.sink()).cache_dir(compile_cache());
     let runtime = Runtime::start(client, config).await.unwrap();
     let runs = |version: usize, reloads: u64| {
-        let status = plugin_status(&runtime, "py");
-        status.running_digest.as_deref() == Some(digest(&versions[version]).as_str())
-            && status.reloads >= reloads
-            && status.deltas > 100
+        listed_status(&runtime, "py").is_some_and(|status| {
+            status.running_digest.as_deref() == Some(digest(&versions[version]).as_str())
+                && status.reloads >= reloads
+                && status.deltas > 100
+        })
     };
     until("the first version to run", Duration::from_secs(120), || runs(0, 0)).await;
 

@@ -10,7 +10,7 @@ use apiserver_sim::workload::Workload;
 use kinformer::plugin::digest;
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_tests::runtime::{
-    Generations, Logged, Logs, assert_record_matches_server, caught_up, cluster, plugin_status, publish,
+    Generations, Logged, Logs, assert_record_matches_server, caught_up, cluster, listed_status, plugin_status, publish,
     quick_manifest, server_changes, until,
 };
 use plugin_artifacts::variant;
@@ -26,8 +26,8 @@ async fn running(runtime: &Runtime, name: &str, digest: &str, reloads: u64) {
         &format!("{name} to run {}", &digest[..12]),
         Duration::from_secs(30),
         || {
-            let status = plugin_status(runtime, name);
-            status.running_digest.as_deref() == Some(digest) && status.reloads >= reloads
+            listed_status(runtime, name)
+                .is_some_and(|status| status.running_digest.as_deref() == Some(digest) && status.reloads >= reloads)
         },
     )
     .await;

@@ -70,6 +70,12 @@ pub fn plugin_status(runtime: &Runtime, name: &str) -> PluginStatus {
     status(&runtime.status(), name).clone()
 }
 
+/// The status of plugin `name` once the runtime lists it: each plugin is
+/// loaded in a task of its own, listed when that task begins.
+pub fn listed_status(runtime: &Runtime, name: &str) -> Option<PluginStatus> {
+    runtime.status().into_iter().find(|status| status.name == name)
+}
+
 pub async fn cluster(workload: &Workload) -> (ApiServer, tokio::task::JoinHandle<()>, kube::Client) {
     let server = ApiServer::start(SimConfig::default()).await.unwrap();
     let churn = server.start_workload(workload).unwrap();
