@@ -3,7 +3,6 @@
 //! the emulated API server.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use apiserver_sim::store::ResourceId;
@@ -11,8 +10,8 @@ use apiserver_sim::workload::Workload;
 use kinformer::plugin::digest;
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_tests::runtime::{
-    Logged, Logs, assert_record_matches_server, caught_up, cluster, plugin_status, publish, quick_manifest,
-    server_changes, until,
+    Generations, Logged, Logs, assert_record_matches_server, caught_up, cluster, listed_status, plugin_status, publish,
+    quick_manifest, server_changes, until,
 };
 use plugin_artifacts::variant;
 
@@ -27,8 +26,8 @@ async fn running(runtime: &Runtime, name: &str, digest: &str, reloads: u64) {
         &format!("{name} to run {}", &digest[..12]),
         Duration::from_secs(30),
         || {
-            let status = plugin_status(runtime, name);
-            status.running_digest.as_deref() == Some(digest) && status.reloads >= reloads
+            listed_status(runtime, name)
+                .is_some_and(|status| status.running_digest.as_deref() == Some(digest) && status.reloads >= reloads)
         },
     )
     .await;
@@ -81,54 +80,11 @@ async fn fifty_swaps_under_churn_hand_every_delta_to_exactly_one_version() {
     let rec = status.iter().find(|status| status.name == "rec").unwrap();
     assert_eq!((rec.traps, rec.rollbacks, rec.errors), (0, 0, 0), "{rec:#?}");
 
-    let all = records(&logs, "rec");
-    // The record splits into generations, each starting with its initial list.
-    // Each is one version's contiguous stretch; each initial list is exactly the
-    // state its predecessor had been handed, and the live deltas go on where
-    // the predecessor stopped.
-    let starts: Vec<usize> = (0..all.len())
-        .filter(|&i| all[i].1.initial && (i == 0 || !all[i - 1].1.initial))
-        .collect();
-    let mut state: BTreeMap<String, u64> = BTreeMap::new();
-    let mut combined: Vec<Logged> = Vec::new();
-    let mut stretches: Vec<String> = Vec::new();
-    for (n, &start) in starts.iter().enumerate() {
-        let end = starts.get(n + 1).copied().unwrap_or(all.len());
-        let generation = &all[start..end];
-        let label = &generation[0].0;
-        assert!(
-            generation.iter().all(|(other, _)| other == label),
-            "versions interleaved: {generation:?}"
-        );
-        if stretches.last() != Some(label) {
-            assert!(!stretches.contains(label), "{label} handled deltas in two stretches");
-            stretches.push(label.clone());
-        }
-        let initial: BTreeMap<String, u64> = generation
-            .iter()
-            .take_while(|(_, logged)| logged.initial)
-            .map(|(_, logged)| (logged.key.clone(), logged.rv))
-            .collect();
-        if n == 0 {
-            combined.extend(generation.iter().take_while(|(_, l)| l.initial).map(|(_, l)| l.clone()));
-            state.clone_from(&initial);
-        } else {
-            assert_eq!(initial, state, "{label} did not start from its predecessor's state");
-        }
-        for (_, logged) in generation.iter().skip(initial.len()) {
-            assert!(!logged.initial, "{label}: {logged:?}");
-            if logged.delta == "Deleted" {
-                state.remove(&logged.key);
-            } else {
-                state.insert(logged.key.clone(), logged.rv);
-            }
-            combined.push(logged.clone());
-        }
-    }
-    assert!(starts.len() >= 51, "{} generations", starts.len());
-    assert_eq!(stretches.len(), 51, "{stretches:?}");
-    assert_record_matches_server(&combined, &server_changes(&server, &pods));
-    let live = combined.iter().filter(|logged| !logged.initial).count();
+    let generations = Generations::of(&records(&logs, "rec"));
+    assert!(generations.count >= 51, "{} generations", generations.count);
+    assert_eq!(generations.stretches.len(), 51, "{:?}", generations.stretches);
+    assert_record_matches_server(&generations.combined, &server_changes(&server, &pods));
+    let live = generations.combined.iter().filter(|logged| !logged.initial).count();
     assert!(live > 1000, "only {live} live deltas");
 }
 

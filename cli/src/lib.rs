@@ -1,11 +1,14 @@
 //! The `kinformer` command's library: the demo on the embedded API emulation,
-//! the serve loop, and what `kinformer check` prints, apart from argument
-//! parsing so that tests use them directly, and the RBAC `kinformer rbac`
-//! prints.
+//! the serve loop, what `kinformer check` prints, the RBAC `kinformer rbac`
+//! prints, `record` and `replay`, and the projects `kinformer new` writes,
+//! apart from argument parsing so that tests use them directly.
 
 pub mod check;
 pub mod demo;
 pub mod rbac;
+pub mod recording;
+pub mod replay;
+pub mod scaffold;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -142,6 +142,53 @@ enum Command {
         #[arg(long, env = "KINFORMER_CACHE_DIR")]
         cache_dir: Option<PathBuf>,
     },
+    /// Record the initial state, then every delta of some resources, into a
+    /// file of JSON lines (one delta per line) that `replay` runs a plugin on.
+    Record {
+        /// A resource to record, as apiVersion/Kind (e.g. v1/Pod,
+        /// apps/v1/Deployment); repeat for more.
+        #[arg(long = "resource", required = true, value_parser = parse_resource)]
+        resources: Vec<kube::api::GroupVersionKind>,
+        /// Only this namespace.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// The kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the
+        /// in-cluster service account).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Stop after this many seconds (default: at Ctrl-C).
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// The file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Run a plugin offline on a recording: its cache answers from the
+    /// recorded state as of each delta. Prints its log lines; exits 2 when
+    /// `handle` returned errors, 3 when it trapped.
+    Replay {
+        /// The plugin component (*.wasm); the manifest beside it applies.
+        plugin: PathBuf,
+        /// The recording (from `kinformer record`).
+        recording: PathBuf,
+        /// The config string passed to `init` (default: the manifest's).
+        #[arg(long)]
+        config: Option<String>,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Write a new plugin project: a plugin that logs deltas, its build, a
+    /// manifest with a narrow grant, and a README of three commands.
+    New {
+        /// The plugin's name; also the project's directory (see --dir).
+        name: String,
+        /// rust, python or js.
+        #[arg(long, default_value = "rust")]
+        lang: kinformer_cli::scaffold::Language,
+        /// Where to write the project (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Load a plugin, run its `init` against an empty cache and print what it
     /// registers, or why it cannot load.
     Check {
@@ -170,18 +217,23 @@ struct EngineArgs {
 
 impl EngineArgs {
     fn apply(&self, mut config: RuntimeConfig) -> RuntimeConfig {
+        config.engine.cache_dir = self.cache_dir();
+        config
+    }
+
+    /// The compile cache: the flag's, else the user's cache directory.
+    fn cache_dir(&self) -> Option<PathBuf> {
         let default = || {
             std::env::var_os("XDG_CACHE_HOME")
                 .map(PathBuf::from)
                 .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
                 .map(|dir| dir.join("kinformer"))
         };
-        config.engine.cache_dir = if self.no_cache {
+        if self.no_cache {
             None
         } else {
             self.cache_dir.clone().or_else(default)
-        };
-        config
+        }
     }
 }
 
@@ -262,6 +314,26 @@ fn duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|error| format!("{text:?}: {error}"))
 }
 
+fn parse_resource(resource: &str) -> anyhow::Result<kube::api::GroupVersionKind> {
+    kinformer_cli::recording::parse_resource(resource)
+}
+
+/// A client of the cluster `kubeconfig` names, or the one the environment
+/// configures.
+async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file =
+                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no cluster configured: pass --kubeconfig or set KUBECONFIG")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
 /// The synthetic workload of the emulated cluster.
 #[derive(Debug, clap::Args)]
 struct WorkloadArgs {
@@ -303,16 +375,23 @@ impl WorkloadArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Logs go to stderr: stdout is for what a command prints (`rbac`, `check`).
+    // Logs go to stderr: stdout is for what a command prints (`rbac`,
+    // `check`, and a replayed plugin's lines, which the replay prints itself).
+    let mut filter = log_filter(&cli.log);
+    if matches!(cli.command, Command::Replay { .. })
+        && let Ok(directive) = "kinformer::plugin::log=off".parse()
+    {
+        filter = filter.add_directive(directive);
+    }
     let logs = tracing_subscriber::fmt()
-        .with_env_filter(log_filter(&cli.log))
+        .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => logs.with_target(false).init(),
         LogFormat::Json => logs.json().with_current_span(true).init(),
     }
     match run(cli.command) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(error) => {
             eprintln!("error: {}", kinformer::one_line(error.as_ref()));
             ExitCode::FAILURE
@@ -324,7 +403,8 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build()
 }
 
-fn run(command: Command) -> anyhow::Result<()> {
+/// Runs the command; its answer is the process's exit code.
+fn run(command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Run {
             plugins,
@@ -333,17 +413,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             election,
             engine,
         } => runtime()?.block_on(async {
-            let config = match &kubeconfig {
-                Some(path) => {
-                    let file = kube::config::Kubeconfig::read_from(path)
-                        .with_context(|| format!("reading {}", path.display()))?;
-                    kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?
-                }
-                None => kube::Config::infer()
-                    .await
-                    .context("no cluster configured: pass --kubeconfig or set KUBECONFIG")?,
-            };
-            let client = kube::Client::try_from(config)?;
+            let client = client(kubeconfig.as_deref()).await?;
             let mut config = engine.apply(RuntimeConfig::new(plugins));
             if let Some(election) = election.config(namespace.as_deref()) {
                 config = config.leader_election(election);
@@ -360,7 +430,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             if !status.is_empty() && status.iter().all(|status| status.state == PluginState::Failed) {
                 anyhow::bail!("no plugin could start");
             }
-            Ok(())
+            Ok(0)
         }),
         Command::Demo {
             plugins,
@@ -394,7 +464,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                 config = config.duration(Duration::from_secs(seconds));
             }
             runtime()?.block_on(demo::run(&config))?;
-            Ok(())
+            Ok(0)
         }
         Command::Sim {
             port,
@@ -435,7 +505,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                     tracing::info!(faults = ?server.faults().counts(), "fault injected");
                 }
             }
-            Ok(())
+            Ok(0)
         }),
         Command::Rbac {
             plugins,
@@ -456,11 +526,76 @@ fn run(command: Command) -> anyhow::Result<()> {
                 ..RbacOptions::default()
             };
             print!("{}", kinformer_cli::rbac::rbac(&plugins, &options)?);
-            Ok(())
+            Ok(0)
+        }
+        Command::Record {
+            resources,
+            namespace,
+            kubeconfig,
+            seconds,
+            output,
+        } => runtime()?.block_on(async {
+            let client = client(kubeconfig.as_deref()).await?;
+            let file = std::fs::File::create(&output).with_context(|| format!("creating {}", output.display()))?;
+            let stop = async {
+                match seconds {
+                    Some(seconds) => tokio::time::sleep(Duration::from_secs(seconds)).await,
+                    None => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+            };
+            let mut out = std::io::BufWriter::new(file);
+            let written =
+                kinformer_cli::recording::record(client, &resources, namespace.as_deref(), &mut out, stop).await?;
+            eprintln!("recorded {written} deltas into {}", output.display());
+            Ok(0)
+        }),
+        Command::Replay {
+            plugin,
+            recording,
+            config,
+            engine,
+        } => {
+            let file = std::fs::File::open(&recording).with_context(|| format!("opening {}", recording.display()))?;
+            let deltas = kinformer_cli::recording::read(std::io::BufReader::new(file))
+                .with_context(|| format!("reading {}", recording.display()))?;
+            let engine = kinformer::plugin::PluginEngine::with_options(&kinformer::plugin::EngineOptions {
+                cache_dir: engine.cache_dir(),
+                ..Default::default()
+            })?;
+            let outcome = kinformer_cli::replay::replay(
+                &plugin,
+                &deltas,
+                config.as_deref(),
+                &engine,
+                &mut std::io::stdout().lock(),
+            )?;
+            eprintln!(
+                "replayed {} deltas of {}: {} errors{}",
+                outcome.delivered,
+                deltas.len(),
+                outcome.errors,
+                if outcome.trap.is_some() { ", trapped" } else { "" }
+            );
+            Ok(outcome.exit_code())
+        }
+        Command::New { name, lang, dir } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let sdk = kinformer_cli::scaffold::SdkSource::detect();
+            for file in kinformer_cli::scaffold::new_plugin(&dir, &name, lang, &sdk)? {
+                println!("wrote {}", file.display());
+            }
+            println!(
+                "build it: cd {} && {}",
+                dir.display(),
+                kinformer_cli::scaffold::build_line(lang, &name)
+            );
+            Ok(0)
         }
         Command::Check { plugin, config } => {
             print!("{}", kinformer_cli::check::check(&plugin, config.as_deref())?);
-            Ok(())
+            Ok(0)
         }
     }
 }

@@ -103,6 +103,9 @@ impl From<wit::ObjectList> for ObjectList {
 ///
 /// When the resource is not cached or not granted, or the key is malformed.
 pub fn get(gvk: &Gvk, key: &str) -> Result<Option<String>, CacheError> {
+    #[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
+    return crate::testing::get(gvk, key);
+    #[cfg(not(all(feature = "testing", not(target_arch = "wasm32"))))]
     wit::get(&gvk.to_wit(), key).map_err(CacheError::from)
 }
 
@@ -162,11 +165,20 @@ impl ListQuery<'_> {
     ///
     /// When the resource is not cached or not granted, or the selector is malformed.
     pub fn fetch(self) -> Result<ObjectList, CacheError> {
+        #[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
+        return crate::testing::list(
+            self.gvk,
+            self.namespace.as_deref(),
+            self.label_selector.as_deref(),
+            self.limit,
+        );
+        #[cfg(not(all(feature = "testing", not(target_arch = "wasm32"))))]
         let query = wit::ListQuery {
             namespace: self.namespace,
             label_selector: self.label_selector,
             limit: self.limit,
         };
+        #[cfg(not(all(feature = "testing", not(target_arch = "wasm32"))))]
         wit::list_objects(&self.gvk.to_wit(), &query)
             .map(ObjectList::from)
             .map_err(CacheError::from)
@@ -181,6 +193,9 @@ impl ListQuery<'_> {
 ///
 /// When the resource is not cached or not granted, or the index does not exist.
 pub fn by_index(gvk: &Gvk, index: &str, value: &str, limit: u32) -> Result<ObjectList, CacheError> {
+    #[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
+    return crate::testing::by_index(gvk, index, value, limit);
+    #[cfg(not(all(feature = "testing", not(target_arch = "wasm32"))))]
     wit::by_index(&gvk.to_wit(), index, value, limit)
         .map(ObjectList::from)
         .map_err(CacheError::from)
@@ -192,5 +207,8 @@ pub fn by_index(gvk: &Gvk, index: &str, value: &str, limit: u32) -> Result<Objec
 ///
 /// When the resource is not cached or not granted, or the index does not exist.
 pub fn index_values(gvk: &Gvk, index: &str) -> Result<Vec<String>, CacheError> {
+    #[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
+    return crate::testing::index_values(gvk, index);
+    #[cfg(not(all(feature = "testing", not(target_arch = "wasm32"))))]
     wit::index_values(&gvk.to_wit(), index).map_err(CacheError::from)
 }

@@ -49,6 +49,8 @@ mod delta;
 mod error;
 pub mod log;
 mod registration;
+#[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
+pub mod testing;
 
 pub use delta::{Delta, DeltaType};
 pub use error::{Error, Result};

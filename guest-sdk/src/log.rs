@@ -3,8 +3,6 @@
 //! Use the macros [`crate::trace!`], [`crate::debug!`], [`crate::info!`],
 //! [`crate::warn!`] and [`crate::error!`]; they format like `println!`.
 
-use crate::bindings::kinformer::plugin::log as wit;
-
 /// Severity of a log line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -23,14 +21,20 @@ pub enum Level {
 /// Writes one line at `level`. The host strips control characters and may drop
 /// lines of a plugin that logs faster than its rate limit.
 pub fn write(level: Level, message: &str) {
-    let level = match level {
-        Level::Trace => wit::Level::Trace,
-        Level::Debug => wit::Level::Debug,
-        Level::Info => wit::Level::Info,
-        Level::Warn => wit::Level::Warn,
-        Level::Error => wit::Level::Error,
-    };
-    wit::log(level, message);
+    #[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
+    crate::testing::log(level, message);
+    #[cfg(not(all(feature = "testing", not(target_arch = "wasm32"))))]
+    {
+        use crate::bindings::kinformer::plugin::log as wit;
+        let level = match level {
+            Level::Trace => wit::Level::Trace,
+            Level::Debug => wit::Level::Debug,
+            Level::Info => wit::Level::Info,
+            Level::Warn => wit::Level::Warn,
+            Level::Error => wit::Level::Error,
+        };
+        wit::log(level, message);
+    }
 }
 
 /// Logs at trace level.

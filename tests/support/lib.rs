@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+pub mod guest;
 pub mod runtime;
 
 use kinformer::object::CachedObject;

@@ -70,6 +70,12 @@ pub fn plugin_status(runtime: &Runtime, name: &str) -> PluginStatus {
     status(&runtime.status(), name).clone()
 }
 
+/// The status of plugin `name` once the runtime lists it: each plugin is
+/// loaded in a task of its own, listed when that task begins.
+pub fn listed_status(runtime: &Runtime, name: &str) -> Option<PluginStatus> {
+    runtime.status().into_iter().find(|status| status.name == name)
+}
+
 pub async fn cluster(workload: &Workload) -> (ApiServer, tokio::task::JoinHandle<()>, kube::Client) {
     let server = ApiServer::start(SimConfig::default()).await.unwrap();
     let churn = server.start_workload(workload).unwrap();
@@ -233,4 +239,71 @@ pub async fn http_get(address: std::net::SocketAddr, path: &str) -> Option<(u16,
     let (head, body) = response.split_once("\r\n\r\n")?;
     let code = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((code, body.to_owned()))
+}
+
+/// A record of deltas spanning versions of a plugin, split into generations:
+/// each starts with the initial list its version received.
+#[derive(Debug)]
+pub struct Generations {
+    /// How many generations the record holds.
+    pub count: usize,
+    /// The labels of the versions' stretches, in order.
+    pub stretches: Vec<String>,
+    /// The first generation's initial list, then every live delta of every
+    /// generation: one record, to check against the server.
+    pub combined: Vec<Logged>,
+}
+
+impl Generations {
+    /// Splits `record` (each delta with the label of the version that logged
+    /// it) and asserts what a swap promises: each generation is one version's
+    /// contiguous stretch; each initial list is exactly the state its
+    /// predecessor had been handed, and the live deltas go on where the
+    /// predecessor stopped.
+    pub fn of(record: &[(String, Logged)]) -> Self {
+        let starts: Vec<usize> = (0..record.len())
+            .filter(|&i| record[i].1.initial && (i == 0 || !record[i - 1].1.initial))
+            .collect();
+        let mut state: BTreeMap<String, u64> = BTreeMap::new();
+        let mut combined: Vec<Logged> = Vec::new();
+        let mut stretches: Vec<String> = Vec::new();
+        for (n, &start) in starts.iter().enumerate() {
+            let end = starts.get(n + 1).copied().unwrap_or(record.len());
+            let generation = &record[start..end];
+            let label = &generation[0].0;
+            assert!(
+                generation.iter().all(|(other, _)| other == label),
+                "versions interleaved: {generation:?}"
+            );
+            if stretches.last() != Some(label) {
+                assert!(!stretches.contains(label), "{label} handled deltas in two stretches");
+                stretches.push(label.clone());
+            }
+            let initial: BTreeMap<String, u64> = generation
+                .iter()
+                .take_while(|(_, logged)| logged.initial)
+                .map(|(_, logged)| (logged.key.clone(), logged.rv))
+                .collect();
+            if n == 0 {
+                combined.extend(generation.iter().take_while(|(_, l)| l.initial).map(|(_, l)| l.clone()));
+                state.clone_from(&initial);
+            } else {
+                assert_eq!(initial, state, "{label} did not start from its predecessor's state");
+            }
+            for (_, logged) in generation.iter().skip(initial.len()) {
+                assert!(!logged.initial, "{label}: {logged:?}");
+                if logged.delta == "Deleted" {
+                    state.remove(&logged.key);
+                } else {
+                    state.insert(logged.key.clone(), logged.rv);
+                }
+                combined.push(logged.clone());
+            }
+        }
+        Self {
+            count: starts.len(),
+            stretches,
+            combined,
+        }
+    }
 }

@@ -1,6 +1,9 @@
 //! The README's example plugin: on each pod delta, count the pods on the same node
 //! through a field index the plugin declares.
 
+#[cfg(test)]
+mod tests;
+
 use kinformer_sdk::{Delta, Gvk, Handler, Registration, Result, cache, info};
 
 struct NodeWatcher;

@@ -1,0 +1,199 @@
+//! `kinformer record`: the initial state and then every delta of some
+//! resources, from any cluster, into a file that `kinformer replay` feeds to a
+//! plugin offline.
+//!
+//! # Format
+//!
+//! JSON lines, one delta per line, in the order the host delivered them: first
+//! each resource's initial list (`"initial": true`, type `Added`), then the
+//! live deltas of every resource as they came.
+//!
+//! ```text
+//! {"type":"Added","initial":true,"apiVersion":"apps/v1","kind":"Deployment","object":{...}}
+//! {"type":"Updated","apiVersion":"v1","kind":"Pod","object":{...}}
+//! {"type":"Deleted","apiVersion":"v1","kind":"Pod","object":{...}}
+//! ```
+//!
+//! `type` is client-go's delta type (`Added`, `Updated`, `Deleted`,
+//! `Replaced`, `Sync`); `object` is the object as plugins receive it (after
+//! the host's default transform: no `managedFields`), its last known state for
+//! `Deleted`. An `Updated` delta's previous state is the one recorded before
+//! it, so it is not repeated. Lines that do not parse are refused with their
+//! line number.
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kinformer::delta::{Delta, DeltaType};
+use kinformer::informer::{InformerKey, SharedInformerFactory};
+use kinformer::object::CachedObject;
+use kinformer::processor::ListenerOptions;
+use kube::api::GroupVersionKind;
+use serde::{Deserialize, Serialize};
+
+/// One line of a recording.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line<'a> {
+    #[serde(rename = "type")]
+    delta_type: &'a str,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    initial: bool,
+    #[serde(rename = "apiVersion")]
+    api_version: &'a str,
+    kind: &'a str,
+    #[serde(borrow)]
+    object: &'a serde_json::value::RawValue,
+}
+
+/// One recorded delta: what happened, to which resource, and the object.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// What happened.
+    pub delta_type: DeltaType,
+    /// Part of a resource's initial state.
+    pub initial: bool,
+    /// The resource type.
+    pub gvk: Arc<GroupVersionKind>,
+    /// The object: its new state, or its last known state for `Deleted`.
+    pub object: Arc<CachedObject>,
+}
+
+/// `v1/Pod` or `apps/v1/Deployment` (apiVersion/Kind) as a resource type.
+///
+/// # Errors
+///
+/// When it has not two or three non-empty parts.
+pub fn parse_resource(resource: &str) -> anyhow::Result<GroupVersionKind> {
+    match resource.split('/').collect::<Vec<_>>()[..] {
+        [version, kind] if !version.is_empty() && !kind.is_empty() => Ok(GroupVersionKind::gvk("", version, kind)),
+        [group, version, kind] if [group, version, kind].iter().all(|part| !part.is_empty()) => {
+            Ok(GroupVersionKind::gvk(group, version, kind))
+        }
+        _ => anyhow::bail!("bad resource {resource:?}: want apiVersion/Kind, e.g. v1/Pod or apps/v1/Deployment"),
+    }
+}
+
+/// Writes `delta` as one line of a recording.
+///
+/// # Errors
+///
+/// When writing fails.
+pub fn write_delta(out: &mut (impl Write + ?Sized), delta: &Delta) -> anyhow::Result<()> {
+    let object: &serde_json::value::RawValue = serde_json::from_str(delta.object.json())?;
+    let (delta_type, api_version) = (delta.delta_type.to_string(), delta.gvk.api_version());
+    let line = Line {
+        delta_type: &delta_type,
+        initial: delta.initial_list,
+        api_version: &api_version,
+        kind: &delta.gvk.kind,
+        object,
+    };
+    serde_json::to_writer(&mut *out, &line)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// Reads a recording.
+///
+/// # Errors
+///
+/// When it cannot be read, or a line is not a recorded delta (with its number).
+pub fn read(recording: impl BufRead) -> anyhow::Result<Vec<Recorded>> {
+    let mut deltas = Vec::new();
+    let mut gvks: Vec<Arc<GroupVersionKind>> = Vec::new();
+    for (number, line) in recording.lines().enumerate() {
+        let text = line?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let mut parsed = || -> anyhow::Result<Recorded> {
+            let line: Line<'_> = serde_json::from_str(&text)?;
+            let delta_type = match line.delta_type {
+                "Added" => DeltaType::Added,
+                "Updated" => DeltaType::Updated,
+                "Deleted" => DeltaType::Deleted,
+                "Replaced" => DeltaType::Replaced,
+                "Sync" => DeltaType::Sync,
+                other => anyhow::bail!("unknown delta type {other:?}"),
+            };
+            let gvk = parse_resource(&format!("{}/{}", line.api_version, line.kind))?;
+            let gvk = match gvks.iter().find(|known| ***known == gvk) {
+                Some(known) => Arc::clone(known),
+                None => {
+                    gvks.push(Arc::new(gvk));
+                    Arc::clone(gvks.last().expect("just pushed"))
+                }
+            };
+            Ok(Recorded {
+                delta_type,
+                initial: line.initial,
+                gvk,
+                object: Arc::new(CachedObject::from_json(line.object.get())?),
+            })
+        };
+        deltas.push(parsed().with_context(|| format!("line {}", number + 1))?);
+    }
+    Ok(deltas)
+}
+
+/// Records the initial state, then every delta of `resources` (in
+/// `namespace`, or all) into `out` until `stop` completes; returns how many
+/// deltas it wrote.
+///
+/// # Errors
+///
+/// When the server does not serve a resource, or writing fails.
+pub async fn record(
+    client: kube::Client,
+    resources: &[GroupVersionKind],
+    namespace: Option<&str>,
+    out: &mut impl Write,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<u64> {
+    let factory = SharedInformerFactory::new(client);
+    let mut informers = Vec::new();
+    for gvk in resources {
+        let mut key = InformerKey::new(gvk.clone());
+        if let Some(namespace) = namespace {
+            key = key.namespace(namespace);
+        }
+        informers.push(factory.informer(key).await?);
+    }
+    while !informers
+        .iter()
+        .all(kinformer::informer::SharedIndexInformer::has_synced)
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Each listener first hands out its resource's synced cache as an initial list.
+    let mut listeners: Vec<_> = informers
+        .iter()
+        .map(|informer| informer.add_listener("record", &ListenerOptions::default()))
+        .collect();
+    let mut written = 0_u64;
+    let mut drain = |out: &mut dyn Write| -> anyhow::Result<()> {
+        for listener in &mut listeners {
+            while let Some(batch) = listener.try_next_batch(1024) {
+                for delta in &batch {
+                    write_delta(&mut *out, delta)?;
+                    written += 1;
+                }
+            }
+        }
+        Ok(())
+    };
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            _ = tick.tick() => drain(&mut *out)?,
+        }
+    }
+    drain(&mut *out)?;
+    out.flush()?;
+    Ok(written)
+}

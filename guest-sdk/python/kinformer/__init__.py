@@ -1,0 +1,372 @@
+"""Write kinformer plugins in Python: Kubernetes event handlers that run as
+WebAssembly components.
+
+A plugin is a subclass of :class:`Handler`, exported as the component's world
+with :func:`plugin`, and built with ``componentize-py`` against the ``plugin``
+world of kinformer's ``wit/``::
+
+    import kinformer
+    from kinformer import Gvk, Registration
+
+    class PodLogger(kinformer.Handler):
+        def init(self, config):
+            return Registration("pod-logger", "0.1.0").watch(Gvk("", "v1", "Pod"))
+
+        def handle(self, delta):
+            kinformer.info(f"{delta.type} {delta.key} on {delta.value['spec'].get('nodeName')}")
+
+    WitWorld = kinformer.plugin(PodLogger)
+
+The host calls ``init`` once with the config string of the plugin's manifest,
+then ``handle`` with every delta of the resources the plugin subscribed to.
+While handling, a plugin reads the host's indexed cache through :mod:`cache
+<kinformer>` functions (:func:`get`, :func:`list_objects`, :func:`by_index`,
+:func:`index_values`) and logs with :func:`info` and friends.
+
+Errors: raise :class:`PluginError` (or let a :class:`CacheError` through) to
+return an error to the host, which delivers the batch again later or skips it,
+as the operator configured. Any other exception is a bug: it traps the
+instance, its traceback lands in the plugin's log, and the host restarts it.
+"""
+
+import json
+
+from componentize_py_types import Err
+from wit_world.imports import cache as _cache
+from wit_world.imports import log as _log
+from wit_world.imports import types as _types
+
+__all__ = [
+    "Handler", "Delta", "Gvk", "Registration", "ObjectList", "PluginError", "CacheError",
+    "Denied", "InvalidArgument", "NotCached", "UnknownIndex", "get", "list_objects",
+    "by_index", "index_values", "trace", "debug", "info", "warn", "error", "plugin",
+]
+
+
+class Gvk:
+    """A Kubernetes resource type: ``Gvk("apps", "v1", "Deployment")``; the
+    core group is ``""``."""
+
+    __slots__ = ("group", "version", "kind")
+
+    def __init__(self, group, version, kind):
+        self.group = group
+        self.version = version
+        self.kind = kind
+
+    @classmethod
+    def parse(cls, resource):
+        """``v1/Pod`` or ``apps/v1/Deployment`` (apiVersion/Kind)."""
+        parts = resource.strip().split("/")
+        if len(parts) == 2 and all(parts):
+            return cls("", parts[0], parts[1])
+        if len(parts) == 3 and all(parts):
+            return cls(*parts)
+        raise PluginError(
+            f"bad resource {resource!r}: want apiVersion/Kind, e.g. v1/Pod or apps/v1/Deployment"
+        )
+
+    @property
+    def api_version(self):
+        """``v1`` or ``apps/v1``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def __eq__(self, other):
+        return isinstance(other, Gvk) and self._tuple() == other._tuple()
+
+    def __hash__(self):
+        return hash(self._tuple())
+
+    def __repr__(self):
+        return f"Gvk({self.group!r}, {self.version!r}, {self.kind!r})"
+
+    def _tuple(self):
+        return (self.group, self.version, self.kind)
+
+    def _wit(self):
+        return _types.GroupVersionKind(self.group, self.version, self.kind)
+
+
+class Registration:
+    """What a plugin watches, caches and indexes, returned from
+    :meth:`Handler.init`. The setters return the registration, to chain."""
+
+    def __init__(self, name, version):
+        self.name = name
+        self.version = version
+        self._subscriptions = []
+        self._indexes = []
+
+    def watch(self, gvk, namespace=None, label_selector=None):
+        """Deliver the deltas of ``gvk`` (optionally of one namespace, or
+        matching a label selector) to ``handle``, and cache it."""
+        self._subscriptions.append(_types.Subscription(gvk._wit(), namespace, label_selector, True))
+        return self
+
+    def cache(self, gvk, namespace=None, label_selector=None):
+        """Keep ``gvk`` cached for queries without delivering its deltas."""
+        self._subscriptions.append(_types.Subscription(gvk._wit(), namespace, label_selector, False))
+        return self
+
+    def index(self, gvk, name, field_path):
+        """Index ``gvk``'s cache by the value at ``field_path`` (dotted, e.g.
+        ``spec.nodeName``), queried with :func:`by_index` as ``name``."""
+        self._indexes.append(_types.IndexSpec(gvk._wit(), name, field_path))
+        return self
+
+    def _wit(self):
+        return _types.Registration(self.name, self.version, self._subscriptions, self._indexes)
+
+
+_DELTA_TYPES = {
+    _types.DeltaType.ADDED: "Added",
+    _types.DeltaType.UPDATED: "Updated",
+    _types.DeltaType.DELETED: "Deleted",
+    _types.DeltaType.REPLACED: "Replaced",
+    _types.DeltaType.SYNC: "Sync",
+}
+
+
+class Delta:
+    """One change to one object. The object's JSON is parsed on first use of
+    :attr:`value` (or :attr:`old_value`), and only then."""
+
+    __slots__ = ("_delta", "_gvk", "_value", "_old_value")
+
+    def __init__(self, delta):
+        self._delta = delta
+        self._gvk = None
+        self._value = None
+        self._old_value = None
+
+    @property
+    def type(self):
+        """``Added``, ``Updated``, ``Deleted``, ``Replaced`` or ``Sync``, as
+        client-go names them."""
+        return _DELTA_TYPES[self._delta.type]
+
+    @property
+    def gvk(self):
+        """The object's resource type."""
+        if self._gvk is None:
+            gvk = self._delta.gvk
+            self._gvk = Gvk(gvk.group, gvk.version, gvk.kind)
+        return self._gvk
+
+    @property
+    def key(self):
+        """``namespace/name``, or ``name`` for cluster-scoped objects."""
+        return self._delta.key
+
+    @property
+    def namespace(self):
+        """The object's namespace; ``""`` for cluster-scoped objects."""
+        namespace, _, name = self._delta.key.rpartition("/")
+        return namespace
+
+    @property
+    def name(self):
+        """The object's name."""
+        return self._delta.key.rpartition("/")[2]
+
+    @property
+    def resource_version(self):
+        """The object's ``metadata.resourceVersion`` in this state."""
+        return self._delta.resource_version
+
+    @property
+    def is_initial_list(self):
+        """True for the deltas of the initial list a fresh instance receives."""
+        return self._delta.initial_list
+
+    @property
+    def json(self):
+        """The object as JSON text: the new state, or the last known one for
+        ``Deleted``."""
+        return self._delta.object
+
+    @property
+    def old_json(self):
+        """The previous state as JSON text, for ``Updated`` only."""
+        return self._delta.old_object
+
+    @property
+    def value(self):
+        """The object, parsed (once) into dicts and lists."""
+        if self._value is None:
+            self._value = json.loads(self._delta.object)
+        return self._value
+
+    @property
+    def old_value(self):
+        """The previous state, parsed, for ``Updated``; else ``None``."""
+        if self._old_value is None and self._delta.old_object is not None:
+            self._old_value = json.loads(self._delta.old_object)
+        return self._old_value
+
+    def __repr__(self):
+        return f"Delta({self.type} {self.gvk.kind} {self.key} rv={self.resource_version})"
+
+
+class PluginError(Exception):
+    """An error the plugin returns to the host: raised from ``init`` it refuses
+    to start; from ``handle`` the host retries the batch (or skips it)."""
+
+
+class CacheError(PluginError):
+    """Why a cache query was not answered; one of the subclasses below."""
+
+
+class Denied(CacheError):
+    """The plugin's grant does not cover this resource or namespace."""
+
+
+class InvalidArgument(CacheError):
+    """A malformed argument: an empty or overlong key, a bad selector."""
+
+
+class NotCached(CacheError):
+    """Nothing subscribes to this resource: register it with ``watch`` or ``cache``."""
+
+
+class UnknownIndex(CacheError):
+    """The index does not exist on this resource's cache."""
+
+
+_CACHE_ERRORS = {
+    _cache.CacheError_Denied: Denied,
+    _cache.CacheError_InvalidArgument: InvalidArgument,
+    _cache.CacheError_NotCached: NotCached,
+    _cache.CacheError_UnknownIndex: UnknownIndex,
+}
+
+
+def _query(call, *args):
+    try:
+        return call(*args)
+    except Err as err:
+        raise _CACHE_ERRORS[type(err.value)](err.value.value) from None
+
+
+class ObjectList:
+    """Objects a cache query answered, ordered by key, each parsed into dicts
+    when first read; :attr:`truncated` says whether more matched."""
+
+    __slots__ = ("json", "truncated", "_parsed")
+
+    def __init__(self, answer):
+        self.json = answer.objects
+        self.truncated = answer.truncated
+        self._parsed = [None] * len(answer.objects)
+
+    def __len__(self):
+        return len(self.json)
+
+    def __getitem__(self, i):
+        if self._parsed[i] is None:
+            self._parsed[i] = json.loads(self.json[i])
+        return self._parsed[i]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self.json)))
+
+
+def get(gvk, key):
+    """The cached object with this key (``namespace/name``), parsed, or
+    ``None``. May be slightly stale: answers come from the host's cache."""
+    found = _query(_cache.get, gvk._wit(), key)
+    return None if found is None else json.loads(found)
+
+
+def list_objects(gvk, namespace=None, label_selector=None, limit=0):
+    """The cached objects of ``gvk`` in ``namespace`` (all when ``None``)
+    matching ``label_selector``; at most ``limit`` (0: the host's limit)."""
+    return ObjectList(_query(_cache.list_objects, gvk._wit(), _cache.ListQuery(namespace, label_selector, limit)))
+
+
+def by_index(gvk, index, value, limit=0):
+    """The cached objects whose index ``index`` holds ``value``; the built-in
+    indexes are ``namespace``, ``owner`` (owner uid) and ``label:KEY``."""
+    return ObjectList(_query(_cache.by_index, gvk._wit(), index, value, limit))
+
+
+def index_values(gvk, index):
+    """The values index ``index`` holds, sorted."""
+    return _query(_cache.index_values, gvk._wit(), index)
+
+
+def trace(message):
+    """Logs at TRACE, tagged with the plugin's name."""
+    _log.log(_log.Level.TRACE, str(message))
+
+
+def debug(message):
+    """Logs at DEBUG."""
+    _log.log(_log.Level.DEBUG, str(message))
+
+
+def info(message):
+    """Logs at INFO."""
+    _log.log(_log.Level.INFO, str(message))
+
+
+def warn(message):
+    """Logs at WARN."""
+    _log.log(_log.Level.WARN, str(message))
+
+
+def error(message):
+    """Logs at ERROR."""
+    _log.log(_log.Level.ERROR, str(message))
+
+
+class Handler:
+    """What a plugin implements. The host creates one instance, calls
+    :meth:`init` once, then :meth:`handle` for every delta; state kept on the
+    instance lives until the instance traps or is reloaded, after which a
+    fresh one receives the cache again as deltas flagged initial list."""
+
+    def init(self, config):
+        """Returns the :class:`Registration` for this ``config`` (the
+        manifest's string, ``""`` without one)."""
+        raise NotImplementedError
+
+    def handle(self, delta):
+        """Handles one :class:`Delta`. Raising :class:`PluginError` asks the
+        host to deliver the whole batch again, so be idempotent."""
+        raise NotImplementedError
+
+    def handle_batch(self, deltas):
+        """Handles a batch in order; by default :meth:`handle` for each."""
+        for delta in deltas:
+            self.handle(delta)
+
+
+def plugin(handler_class):
+    """The component's world for a :class:`Handler` subclass: assign it to
+    ``WitWorld`` in the app module that ``componentize-py`` builds."""
+    state = {}
+
+    def _as_err(exception):
+        return Err(_types.Error(str(exception) or type(exception).__name__))
+
+    class WitWorld:
+        def init(self, config):
+            handler = handler_class()
+            try:
+                registration = handler.init(config)
+            except PluginError as exception:
+                raise _as_err(exception) from None
+            state["handler"] = handler
+            return registration._wit()
+
+        def handle(self, batch):
+            handler = state.get("handler")
+            if handler is None:
+                raise Err(_types.Error("handle called before a successful init"))
+            try:
+                handler.handle_batch([Delta(delta) for delta in batch])
+            except PluginError as exception:
+                raise _as_err(exception) from None
+
+    return WitWorld

@@ -1,0 +1,146 @@
+//! `kinformer record` and `kinformer replay`: a recording of the emulation's
+//! workload, replayed offline into the plugin that ran live, prints what the
+//! live run printed; a plugin that traps on replay says so in its exit code.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use apiserver_sim::store::ResourceId;
+use apiserver_sim::workload::Workload;
+use kinformer::runtime::{Runtime, RuntimeConfig};
+use kinformer_cli::recording::{self, parse_resource};
+use kinformer_cli::replay::{Outcome, replay};
+use kinformer_tests::engine;
+use kinformer_tests::runtime::{Logged, Logs, caught_up, cluster, install, server_changes, until};
+
+/// Replays `recording` (JSON lines) into `plugin`; returns the outcome and
+/// the messages it logged.
+fn replayed(plugin: &str, recording: &[u8], config: &str) -> (Outcome, Vec<String>) {
+    let deltas = recording::read(recording).unwrap();
+    let mut out = Vec::new();
+    let outcome = replay(Path::new(plugin), &deltas, Some(config), engine(), &mut out).unwrap();
+    let printed = String::from_utf8(out).unwrap();
+    let messages = printed
+        .lines()
+        .map(|line| line.trim_start().split_once(' ').unwrap().1.to_owned())
+        .collect();
+    (outcome, messages)
+}
+
+/// delta-logger's lines of one kind, parsed.
+fn of_kind<'a>(lines: impl IntoIterator<Item = &'a String>, kind: &str) -> Vec<Logged> {
+    lines
+        .into_iter()
+        .filter(|line| line.split(' ').nth(1) == Some(kind))
+        .filter_map(|line| Logged::parse_delta_logger(line))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_replayed_into_delta_logger_prints_what_the_live_run_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "v1/Pod,apps/v1/Deployment";
+    let manifest = format!("config = \"{config}\"\n[limits]\nlog-lines-per-second = 1000000\n");
+    install(dir.path(), "live", "delta-logger.wasm", Some(&manifest));
+    let workload = Workload::default().seed(21).size(2, 2, 3).changes_per_second(200.0);
+    let (server, churn, client) = cluster(&workload).await;
+    let logs = Logs::default();
+    let runtime = Runtime::start(client.clone(), RuntimeConfig::new(dir.path()).log_sink(logs.sink()))
+        .await
+        .unwrap();
+    until("delta-logger to run", Duration::from_secs(30), || runtime.all_running()).await;
+
+    // Record while the live plugin runs, from after it started to after the churn stopped.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let resources = [
+        parse_resource("v1/Pod").unwrap(),
+        parse_resource("apps/v1/Deployment").unwrap(),
+    ];
+    let recorder = tokio::spawn(async move {
+        let mut out = Vec::new();
+        let stop = async {
+            let _ = stopped.await;
+        };
+        recording::record(client, &resources, None, &mut out, stop)
+            .await
+            .unwrap();
+        out
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    churn.abort();
+    let pods = ResourceId::new("", "v1", "pods");
+    let live_pods = || of_kind(&logs.of("live"), "Pod");
+    caught_up(&server, &pods, live_pods).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.send(()).unwrap();
+    let recorded = recorder.await.unwrap();
+    runtime.shutdown().await;
+
+    let (outcome, replayed) = replayed(plugin_artifacts::DELTA_LOGGER_PATH, &recorded, config);
+    assert_eq!(
+        (outcome.errors, outcome.trap.as_deref(), outcome.exit_code()),
+        (0, None, 0)
+    );
+    assert_eq!(outcome.delivered as usize, replayed.len());
+    let live = logs.of("live");
+    for (kind, resource) in [
+        ("Pod", pods),
+        ("Deployment", ResourceId::new("apps", "v1", "deployments")),
+    ] {
+        let replayed = of_kind(&replayed, kind);
+        // The initial list: every object the server had when recording began.
+        let initial: BTreeMap<&str, u64> = replayed
+            .iter()
+            .filter(|logged| logged.initial)
+            .map(|logged| (logged.key.as_str(), logged.rv))
+            .collect();
+        assert!(!initial.is_empty(), "{kind}: no initial state recorded");
+        let changes = server_changes(&server, &resource);
+        for (key, rv) in &initial {
+            assert!(changes[*key].iter().any(|(_, at)| at == rv), "{key} at rv {rv}");
+        }
+        // Then exactly the lines the live run printed from the recording's start.
+        let replayed_live: Vec<&Logged> = replayed.iter().filter(|logged| !logged.initial).collect();
+        assert!(!replayed_live.is_empty(), "{kind}: no live deltas recorded");
+        let start = replayed_live[0].rv;
+        let live_run = of_kind(&live, kind);
+        let live_run: Vec<&Logged> = live_run
+            .iter()
+            .filter(|logged| !logged.initial && logged.rv >= start)
+            .collect();
+        assert_eq!(replayed_live, live_run, "{kind}: replay and live run differ");
+    }
+}
+
+#[test]
+fn a_plugin_that_traps_on_replay_exits_non_zero() {
+    let pod = |name: &str, rv: u32| {
+        format!(
+            r#"{{"type":"Added","apiVersion":"v1","kind":"Pod","object":{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"shop","uid":"u-{name}","resourceVersion":"{rv}"}}}}}}"#
+        )
+    };
+    let recording: String = (1..=5).map(|n| pod(&format!("web-{n}"), n) + "\n").collect();
+
+    let (outcome, messages) = replayed(plugin_artifacts::HOSTILE_PATH, recording.as_bytes(), "trap-every-3rd");
+    assert_eq!(outcome.delivered, 3, "{messages:#?}");
+    assert_eq!(outcome.exit_code(), 3);
+    let trap = outcome.trap.unwrap();
+    assert!(trap.contains("unreachable"), "{trap}");
+    assert!(
+        messages.iter().any(|line| line.contains("trapping on delta 3")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages.last().unwrap().starts_with("trapped on Added shop/web-3"),
+        "{messages:#?}"
+    );
+
+    let (outcome, _) = replayed(plugin_artifacts::HOSTILE_PATH, recording.as_bytes(), "reject");
+    assert_eq!((outcome.delivered, outcome.errors, outcome.exit_code()), (5, 5, 2));
+
+    let (outcome, messages) = replayed(plugin_artifacts::DELTA_LOGGER_PATH, recording.as_bytes(), "v1/Pod");
+    assert_eq!((outcome.delivered, outcome.exit_code()), (5, 0));
+    assert_eq!(messages[2], "Added Pod shop/web-3 rv=3");
+}
