@@ -5,8 +5,10 @@
 //! `Store`, bound to the host's [`Caches`] for its `cache` imports and to a
 //! [`Writer`](crate::cluster::Writer) for its `cluster` imports. The instance
 //! runs `init` and `handle` under a time limit (epoch deadlines, not counting
-//! the time spent waiting for the API server) and a memory limit (store
-//! limits).
+//! the time spent waiting for the API server), a share of CPU (paused at an
+//! epoch tick once its share of the window is spent, see `budget`) and a
+//! memory limit (store limits). After each compile the allocator's free
+//! memory is handed back (`memory`).
 //!
 //! # Examples
 //!
