@@ -59,6 +59,26 @@ async fn holds_last(changes: &BTreeMap<String, Vec<(String, u64)>>, mut record: 
 
 /// Puts the first pod of deployment `app-0` in `namespace` into
 /// CrashLoopBackOff with 7 restarts; returns its name.
+/// The copy named `all` recorded every change to the pods, with churn enough
+/// to tell, and the copy granted only `namespace` (named after it) recorded
+/// exactly that namespace's.
+fn assert_records_match_server(server: &ApiServer, logs: &Logs, namespace: &str) {
+    let all = record(logs, "all");
+    assert!(
+        all.iter().filter(|l| !l.initial).count() > 100,
+        "too little churn: {all:?}"
+    );
+    assert_record_matches_server(&all, &pod_changes(server, None));
+    let granted = record(logs, namespace);
+    assert!(
+        granted
+            .iter()
+            .all(|logged| logged.key.starts_with(&format!("{namespace}/"))),
+        "{granted:#?}"
+    );
+    assert_record_matches_server(&granted, &pod_changes(server, Some(namespace)));
+}
+
 fn crash_loop(server: &ApiServer, namespace: &str) -> String {
     let filter = Filter {
         namespace: Some(namespace.to_owned()),
@@ -132,18 +152,7 @@ async fn python_plugins_record_what_the_server_did_and_see_only_their_grant() {
     holds_last(&pod_changes(&server, Some("ns-0")), || record(&logs, "ns-0")).await;
     let statuses = runtime.shutdown().await;
 
-    let all = record(&logs, "all");
-    assert!(
-        all.iter().filter(|l| !l.initial).count() > 100,
-        "too little churn: {all:?}"
-    );
-    assert_record_matches_server(&all, &pod_changes(&server, None));
-    let granted = record(&logs, "ns-0");
-    assert!(
-        granted.iter().all(|logged| logged.key.starts_with("ns-0/")),
-        "{granted:#?}"
-    );
-    assert_record_matches_server(&granted, &pod_changes(&server, Some("ns-0")));
+    assert_records_match_server(&server, &logs, "ns-0");
     let granted_reports = reports("ns-0");
     assert_eq!(
         granted_reports.len(),
@@ -239,18 +248,7 @@ async fn javascript_plugins_record_what_the_server_did_and_see_only_their_grant(
     holds_last(&pod_changes(&server, Some("ns-1")), || record(&logs, "ns-1")).await;
     let statuses = runtime.shutdown().await;
 
-    let all = record(&logs, "all");
-    assert!(
-        all.iter().filter(|l| !l.initial).count() > 100,
-        "too little churn: {all:?}"
-    );
-    assert_record_matches_server(&all, &pod_changes(&server, None));
-    let granted = record(&logs, "ns-1");
-    assert!(
-        granted.iter().all(|logged| logged.key.starts_with("ns-1/")),
-        "{granted:#?}"
-    );
-    assert_record_matches_server(&granted, &pod_changes(&server, Some("ns-1")));
+    assert_records_match_server(&server, &logs, "ns-1");
     // Each report sums the pods a by-index query found on the node.
     let reports: Vec<String> = logs
         .of("all")

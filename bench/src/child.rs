@@ -114,21 +114,6 @@ pub(crate) async fn fanout(plugins: usize, pods: u64, kubeconfig: &Path) -> anyh
     Ok(())
 }
 
-/// Runs a fan-out child to the end and reads its report.
-pub(crate) fn run_fanout(plugins: usize, pods: u64, kubeconfig: &Path) -> anyhow::Result<FanoutReport> {
-    let mut command = Child::Fanout {
-        plugins,
-        pods,
-        kubeconfig: kubeconfig.to_owned(),
-    }
-    .command()?;
-    let output = tokio::task::block_in_place(|| command.output())?;
-    if !output.status.success() {
-        bail!("fan-out failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    serde_json::from_slice(&output.stdout).context("child report")
-}
-
 /// In a churn child: one side consumes `updates` stamped changes; reports a
 /// [`ChurnReport`].
 pub(crate) async fn churn(
@@ -221,30 +206,13 @@ pub(crate) fn load(component: &Path, cache: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs a load child to the end and reads its report.
-pub(crate) fn run_load(component: &Path, cache: &Path) -> anyhow::Result<LoadReport> {
-    let mut command = Child::Load {
-        component: component.to_owned(),
-        cache: cache.to_owned(),
-    }
-    .command()?;
-    let output = command.output()?;
-    if !output.status.success() {
-        bail!("load failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    serde_json::from_slice(&output.stdout).context("child report")
-}
-
-/// Runs a sync child to the end and reads its report.
-pub(crate) fn run_sync(side: Side, kubeconfig: &Path) -> anyhow::Result<SyncReport> {
-    let mut command = Child::Sync {
-        side,
-        kubeconfig: kubeconfig.to_owned(),
-    }
-    .command()?;
+/// Runs a child that prints one report (sync, fan-out, load) to the end and
+/// reads its report.
+pub(crate) fn run_to_end<R: DeserializeOwned>(child: &Child) -> anyhow::Result<R> {
+    let mut command = child.command()?;
     let output = tokio::task::block_in_place(|| command.output())?;
     if !output.status.success() {
-        bail!("{side:?} sync failed: {}", String::from_utf8_lossy(&output.stderr));
+        bail!("{child:?} failed: {}", String::from_utf8_lossy(&output.stderr));
     }
     serde_json::from_slice(&output.stdout).context("child report")
 }

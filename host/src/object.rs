@@ -254,10 +254,7 @@ impl<'j> Positions<'j> {
 }
 
 /// Parses an object's top level, reading only `metadata`.
-struct ObjectSeed<'p, 'j> {
-    positions: &'p mut Positions<'j>,
-    strip: &'p mut Strippable,
-}
+struct ObjectSeed<'p, 'j>(MetadataSeed<'p, 'j>);
 
 impl<'de> de::DeserializeSeed<'de> for ObjectSeed<'_, '_> {
     type Value = MetadataSubset;
@@ -279,8 +276,8 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             if key.as_str() == "metadata" {
                 metadata = Some(map.next_value_seed(MetadataSeed {
-                    positions: &mut *self.positions,
-                    strip: &mut *self.strip,
+                    json: self.0.json,
+                    strip: &mut *self.0.strip,
                 })?);
             } else {
                 map.next_value::<de::IgnoredAny>()?;
@@ -290,10 +287,10 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
     }
 }
 
-/// Parses `metadata`: the subset the cache keeps, and where its strippable
-/// parts are.
+/// Parses `metadata`: the subset the cache keeps, and where in `json` (the
+/// whole object's text) its strippable parts are.
 struct MetadataSeed<'p, 'j> {
-    positions: &'p mut Positions<'j>,
+    json: &'j str,
     strip: &'p mut Strippable,
 }
 
@@ -314,7 +311,7 @@ impl<'de> Visitor<'de> for MetadataSeed<'_, '_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MetadataSubset, A::Error> {
         let mut meta = MetadataSubset::default();
-        let json = self.positions.json;
+        let json = self.json;
         let mut fields = Positions::new(json);
         let mut managed_fields = None;
         while let Some(key) = map.next_key::<Key<'de>>()? {
@@ -478,10 +475,10 @@ impl CachedObject {
         let json = json.into();
         let mut strip = Strippable::default();
         let mut deserializer = serde_json::Deserializer::from_str(&json);
-        let seed = ObjectSeed {
-            positions: &mut Positions::new(&json),
+        let seed = ObjectSeed(MetadataSeed {
+            json: &json,
             strip: &mut strip,
-        };
+        });
         let metadata = de::DeserializeSeed::deserialize(seed, &mut deserializer).map_err(ObjectError::Json)?;
         deserializer.end().map_err(ObjectError::Json)?;
         let name = metadata

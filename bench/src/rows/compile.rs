@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use crate::child::run_load;
+use crate::Child;
+use crate::child::{LoadReport, run_to_end};
 use crate::table::{Samples, Table, Unit};
 
 /// Row 10: each load runs in a fresh process; the first of each pair
@@ -18,8 +19,12 @@ pub(super) fn row(table: &mut Table, component: &Path, repeat: usize) -> anyhow:
     let (mut compiled, mut cached) = (Samples::default(), Samples::default());
     for _ in 0..repeat {
         let cache = tempfile::tempdir()?;
-        compiled.push(run_load(component, cache.path())?.rss_mib());
-        cached.push(run_load(component, cache.path())?.rss_mib());
+        let load = Child::Load {
+            component: component.to_owned(),
+            cache: cache.path().to_owned(),
+        };
+        compiled.push(run_to_end::<LoadReport>(&load)?.rss_mib());
+        cached.push(run_to_end::<LoadReport>(&load)?.rss_mib());
     }
     table.add(
         format!(

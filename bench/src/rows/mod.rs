@@ -100,7 +100,7 @@ pub(crate) async fn run(
         writes::row(&mut table, sizes, repeat).await?;
     }
     if wanted(11) {
-        sync::fanout_row(&mut table, sizes.fanout_pods, 10.min(sizes.fanout_pods), repeat).await?;
+        sync::fanout_row(&mut table, sizes.fanout_pods, 10, repeat).await?;
     }
     if wanted(10) {
         match component {

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 
-use crate::child::{run_fanout, run_sync};
+use crate::Child;
+use crate::child::{FanoutReport, SyncReport, run_to_end};
 use crate::cluster::{KubeconfigFile, quiet_cluster, served_pods};
 use crate::consumers::Side;
 use crate::table::{Samples, Table, Unit, count};
@@ -23,7 +24,10 @@ pub(super) async fn rows(table: &mut Table, pods: usize, repeat: usize) -> anyho
     let mut cached = 0;
     for _ in 0..repeat {
         for side in [Side::Kinformer, Side::KubePod, Side::KubeDynamic] {
-            let report = run_sync(side, kubeconfig.path())?;
+            let report: SyncReport = run_to_end(&Child::Sync {
+                side,
+                kubeconfig: kubeconfig.path().to_owned(),
+            })?;
             if report.objects != pods_served {
                 bail!("{side:?} synced {} of {pods_served} pods", report.objects);
             }
@@ -98,7 +102,11 @@ pub(super) async fn fanout_row(table: &mut Table, pods: usize, plugins: usize, r
     let kubeconfig = KubeconfigFile::new(&server)?;
     let (mut rss, mut time) = (Samples::default(), Samples::default());
     for _ in 0..repeat {
-        let report = run_fanout(plugins, served, kubeconfig.path())?;
+        let report: FanoutReport = run_to_end(&Child::Fanout {
+            plugins,
+            pods: served,
+            kubeconfig: kubeconfig.path().to_owned(),
+        })?;
         rss.push(report.rss as f64 / f64::from(1 << 20));
         time.push(report.sync_ms);
     }
