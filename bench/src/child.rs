@@ -187,11 +187,17 @@ impl LoadReport {
 }
 
 /// In a load child: compiles `component` with a plugin engine caching in
-/// `cache` (or loads it from there), then reports time and resident memory.
-pub(crate) fn load(component: &Path, cache: &Path) -> anyhow::Result<()> {
+/// `cache` (or loads it from there), in a compile process as `kinformer run`
+/// does unless `in_process`, then reports time and resident memory.
+pub(crate) fn load(component: &Path, cache: &Path, in_process: bool) -> anyhow::Result<()> {
     let engine = kinformer::plugin::PluginEngine::with_options(&kinformer::plugin::EngineOptions {
         cache_dir: Some(cache.to_owned()),
-        pooled_instances: None,
+        compile_process: if in_process {
+            None
+        } else {
+            Some(std::env::current_exe()?)
+        },
+        ..Default::default()
     })?;
     let started = std::time::Instant::now();
     let loaded = engine.load_file(component)?;

@@ -14,6 +14,7 @@ mod rows;
 mod table;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -99,6 +100,9 @@ enum Child {
         component: PathBuf,
         #[arg(long)]
         cache: PathBuf,
+        /// Compile in this process rather than in a compile process.
+        #[arg(long)]
+        in_process: bool,
     },
 }
 
@@ -142,13 +146,20 @@ impl Child {
                     .arg("--kubeconfig")
                     .arg(kubeconfig);
             }
-            Self::Load { component, cache } => {
+            Self::Load {
+                component,
+                cache,
+                in_process,
+            } => {
                 command
                     .arg("load")
                     .arg("--component")
                     .arg(component)
                     .arg("--cache")
                     .arg(cache);
+                if *in_process {
+                    command.arg("--in-process");
+                }
             }
         }
         Ok(command)
@@ -163,10 +174,14 @@ fn arg_name(value: &impl ValueEnum) -> String {
         .unwrap_or_default()
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
+    // A load child's engine compiles in this program run as a compile process.
+    if let Some(code) = kinformer::plugin::run_compile_process() {
+        return Ok(code);
+    }
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    match cli.child {
+    let ran = match cli.child {
         Some(Child::Sync { side, kubeconfig }) => runtime.block_on(child::sync(side, &kubeconfig)),
         Some(Child::Churn {
             side,
@@ -181,7 +196,11 @@ fn main() -> anyhow::Result<()> {
             pods,
             kubeconfig,
         }) => runtime.block_on(child::fanout(plugins, pods, &kubeconfig)),
-        Some(Child::Load { component, cache }) => child::load(&component, &cache),
+        Some(Child::Load {
+            component,
+            cache,
+            in_process,
+        }) => child::load(&component, &cache, in_process),
         None => {
             let repeat = if cli.quick { 1 } else { cli.repeat.max(1) };
             let sizes = rows::Sizes::new(cli.quick);
@@ -189,7 +208,8 @@ fn main() -> anyhow::Result<()> {
             table.print();
             Ok(())
         }
-    }
+    };
+    ran.map(|()| ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
@@ -224,6 +244,7 @@ mod tests {
             Child::Load {
                 component: "/tmp/c.wasm".into(),
                 cache: "/tmp/cache".into(),
+                in_process: true,
             },
         ] {
             let command = child.command().unwrap();

@@ -217,8 +217,20 @@ struct EngineArgs {
 
 impl EngineArgs {
     fn apply(&self, mut config: RuntimeConfig) -> RuntimeConfig {
-        config.engine.cache_dir = self.cache_dir();
+        config.engine = self.options();
         config
+    }
+
+    /// The engine's options: with a compile cache, each new component is
+    /// compiled by this program in a child process (see `main`), which takes
+    /// the compiler's memory with it when it exits.
+    fn options(&self) -> kinformer::plugin::EngineOptions {
+        let cache_dir = self.cache_dir();
+        kinformer::plugin::EngineOptions {
+            compile_process: cache_dir.as_ref().and_then(|_| std::env::current_exe().ok()),
+            cache_dir,
+            ..Default::default()
+        }
     }
 
     /// The compile cache: the flag's, else the user's cache directory.
@@ -374,6 +386,10 @@ impl WorkloadArgs {
 }
 
 fn main() -> ExitCode {
+    // This program compiles components for its own engine (`EngineArgs`).
+    if let Some(code) = kinformer::plugin::run_compile_process() {
+        return code;
+    }
     let cli = Cli::parse();
     // Logs go to stderr: stdout is for what a command prints (`rbac`,
     // `check`, and a replayed plugin's lines, which the replay prints itself).
@@ -385,6 +401,7 @@ fn main() -> ExitCode {
     }
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => logs.with_target(false).init(),
@@ -560,10 +577,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
             let file = std::fs::File::open(&recording).with_context(|| format!("opening {}", recording.display()))?;
             let deltas = kinformer_cli::recording::read(std::io::BufReader::new(file))
                 .with_context(|| format!("reading {}", recording.display()))?;
-            let engine = kinformer::plugin::PluginEngine::with_options(&kinformer::plugin::EngineOptions {
-                cache_dir: engine.cache_dir(),
-                ..Default::default()
-            })?;
+            let engine = kinformer::plugin::PluginEngine::with_options(&engine.options())?;
             let outcome = kinformer_cli::replay::replay(
                 &plugin,
                 &deltas,

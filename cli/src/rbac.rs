@@ -57,7 +57,7 @@ pub fn permissions(dir: &Path, options: &RbacOptions) -> anyhow::Result<Permissi
         .map_or_else(Scope::all, |ns| Scope::only([ns]));
     let engine = PluginEngine::with_options(&EngineOptions {
         cache_dir: options.cache_dir.clone(),
-        pooled_instances: None,
+        ..EngineOptions::default()
     })?;
     let plugins = kinformer::runtime::plugin_files(dir)?;
     // Compiling is most of the time: the plugins compile side by side.

@@ -86,7 +86,7 @@ fn plural(kind: &str) -> String {
 fn needed(dir: &Path, cache: &Path) -> BTreeSet<Permission> {
     let engine = PluginEngine::with_options(&EngineOptions {
         cache_dir: Some(cache.to_owned()),
-        pooled_instances: None,
+        ..EngineOptions::default()
     })
     .unwrap();
     let mut needed = BTreeSet::new();

@@ -8,7 +8,9 @@ use crate::child::{LoadReport, run_to_end};
 use crate::table::{Samples, Table, Unit};
 
 /// Row 10: each load runs in a fresh process; the first of each pair
-/// compiles into an empty cache, the second loads from it.
+/// compiles into an empty cache, the second loads from it. The host compiles
+/// in a compile process, as `kinformer run` does; for comparison, a third
+/// load compiles in the host's own process.
 pub(super) fn row(table: &mut Table, component: &Path, repeat: usize) -> anyhow::Result<()> {
     let size = std::fs::metadata(component)?.len();
     eprintln!(
@@ -16,25 +18,54 @@ pub(super) fn row(table: &mut Table, component: &Path, repeat: usize) -> anyhow:
         component.display(),
         size / 1_000_000
     );
-    let (mut compiled, mut cached) = (Samples::default(), Samples::default());
+    let (mut compiled, mut cached, mut in_process) = (Samples::default(), Samples::default(), Samples::default());
+    let (mut compile_ms, mut cached_ms) = (Samples::default(), Samples::default());
     for _ in 0..repeat {
         let cache = tempfile::tempdir()?;
-        let load = Child::Load {
+        let load = |in_process| Child::Load {
             component: component.to_owned(),
             cache: cache.path().to_owned(),
+            in_process,
         };
-        compiled.push(run_to_end::<LoadReport>(&load)?.rss_mib());
-        cached.push(run_to_end::<LoadReport>(&load)?.rss_mib());
+        let report = run_to_end::<LoadReport>(&load(false))?;
+        compiled.push(report.rss_mib());
+        compile_ms.push(report.load_ms);
+        let report = run_to_end::<LoadReport>(&load(false))?;
+        cached.push(report.rss_mib());
+        cached_ms.push(report.load_ms);
+        let fresh = tempfile::tempdir()?;
+        in_process.push(
+            run_to_end::<LoadReport>(&Child::Load {
+                component: component.to_owned(),
+                cache: fresh.path().to_owned(),
+                in_process: true,
+            })?
+            .rss_mib(),
+        );
     }
+    let megabytes = size / 1_000_000;
     table.add(
         format!(
-            "10. resident memory after compiling a {} MB component (vs loading it from the cache)",
-            size / 1_000_000
+            "10. resident memory after compiling a {megabytes} MB component in a compile process (vs loading it from the cache)"
         ),
         compiled.show(Unit::Mib),
         cached.show(Unit::Mib),
         compiled.median() / cached.median(),
         "≤ 1.2×",
+    );
+    table.add(
+        "10. the same, compiled in the host's own process (vs loading it from the cache)",
+        in_process.show(Unit::Mib),
+        cached.show(Unit::Mib),
+        in_process.median() / cached.median(),
+        "",
+    );
+    table.add(
+        format!("10. time to load a {megabytes} MB component: compiling (vs from the cache)"),
+        compile_ms.show(Unit::Millis),
+        cached_ms.show(Unit::Millis),
+        compile_ms.median() / cached_ms.median(),
+        "",
     );
     Ok(())
 }

@@ -24,6 +24,7 @@ pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
 #[derive(Clone)]
 pub struct PluginEngine {
     pub(super) engine: Engine,
+    options: Arc<EngineOptions>,
     linker: Arc<Linker<HostState>>,
     pub(super) live_instances: Arc<std::sync::atomic::AtomicUsize>,
     /// Instances alive per plugin name, across its versions.
@@ -64,6 +65,40 @@ pub struct EngineOptions {
     /// mmap calls. The slots are shared by every plugin, so one plugin's
     /// instances can take what another needs; `None` allocates on demand.
     pub pooled_instances: Option<u32>,
+    /// Compile each component not compiled before in a short-lived process
+    /// running this program, into the compile cache, and load it from there:
+    /// the compiler's memory goes with the process (see
+    /// [`run_compile_process`](super::run_compile_process)). Needs
+    /// `cache_dir`; without it components compile in the host's process.
+    pub compile_process: Option<PathBuf>,
+}
+
+/// The wasmtime configuration for these options; a compile process builds
+/// the same, so that the host finds what it compiled in the cache.
+pub(super) fn engine_config(options: &EngineOptions) -> wasmtime::Result<Config> {
+    let mut config = Config::new();
+    // Plugins are wasm32-wasip2 components: the Component Model and the
+    // features Rust's wasm32 targets emit; nothing experimental.
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .wasm_memory64(false)
+        .wasm_tail_call(false);
+    if let Some(dir) = &options.cache_dir {
+        let mut cache = wasmtime::CacheConfig::new();
+        cache.with_directory(dir);
+        config.cache(Some(wasmtime::Cache::new(cache)?));
+    }
+    if let Some(instances) = options.pooled_instances {
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        pool.total_component_instances(instances)
+            .total_core_instances(instances.saturating_mul(8))
+            .total_memories(instances.saturating_mul(2))
+            .total_tables(instances.saturating_mul(4))
+            .max_memory_size((crate::limits::MAX_MEMORY_MIB << 20) as usize);
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    }
+    Ok(config)
 }
 
 impl PluginEngine {
@@ -84,28 +119,7 @@ impl PluginEngine {
     /// When wasmtime rejects the configuration, the cache directory cannot be
     /// used, or the ticker thread cannot start.
     pub fn with_options(options: &EngineOptions) -> Result<Self> {
-        let mut config = Config::new();
-        // Plugins are wasm32-wasip2 components: the Component Model and the
-        // features Rust's wasm32 targets emit; nothing experimental.
-        config
-            .wasm_component_model(true)
-            .epoch_interruption(true)
-            .wasm_memory64(false)
-            .wasm_tail_call(false);
-        if let Some(dir) = &options.cache_dir {
-            let mut cache = wasmtime::CacheConfig::new();
-            cache.with_directory(dir);
-            config.cache(Some(wasmtime::Cache::new(cache).map_err(Error::Engine)?));
-        }
-        if let Some(instances) = options.pooled_instances {
-            let mut pool = wasmtime::PoolingAllocationConfig::new();
-            pool.total_component_instances(instances)
-                .total_core_instances(instances.saturating_mul(8))
-                .total_memories(instances.saturating_mul(2))
-                .total_tables(instances.saturating_mul(4))
-                .max_memory_size((crate::limits::MAX_MEMORY_MIB << 20) as usize);
-            config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
-        }
+        let config = engine_config(options).map_err(Error::Engine)?;
         let engine = Engine::new(&config).map_err(Error::Engine)?;
 
         let mut linker = Linker::new(&engine);
@@ -129,6 +143,7 @@ impl PluginEngine {
             .map_err(|error| Error::Engine(error.into()))?;
         Ok(Self {
             engine,
+            options: Arc::new(options.clone()),
             linker: Arc::new(linker),
             live_instances: Arc::default(),
             per_plugin: Arc::default(),
@@ -180,13 +195,24 @@ impl PluginEngine {
     ///
     /// As [`PluginEngine::load_file`].
     pub fn load_file_bytes(&self, path: &Path, bytes: &[u8]) -> Result<PluginComponent> {
-        self.load_bytes(&plugin_name(path), bytes).map_err(|error| match error {
-            Error::Compile { source, .. } => Error::Compile {
-                path: path.to_owned(),
-                source,
-            },
-            other => other,
-        })
+        self.load_file_bytes_within(path, bytes, crate::limits::Limits::default().compile_timeout)
+    }
+
+    /// As [`PluginEngine::load_file_bytes`], allowing a compile process (see
+    /// [`EngineOptions::compile_process`]) `limit` before it gives up.
+    ///
+    /// # Errors
+    ///
+    /// As [`PluginEngine::load_file`].
+    pub fn load_file_bytes_within(&self, path: &Path, bytes: &[u8], limit: Duration) -> Result<PluginComponent> {
+        self.compile(&plugin_name(path), bytes, limit)
+            .map_err(|error| match error {
+                Error::Compile { source, .. } => Error::Compile {
+                    path: path.to_owned(),
+                    source,
+                },
+                other => other,
+            })
     }
 
     /// Compiles a component from its bytes, naming the plugin `name`.
@@ -195,23 +221,50 @@ impl PluginEngine {
     ///
     /// As [`PluginEngine::load_file`].
     pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<PluginComponent> {
+        self.compile(name, bytes, crate::limits::Limits::default().compile_timeout)
+    }
+
+    fn compile(&self, name: &str, bytes: &[u8], limit: Duration) -> Result<PluginComponent> {
         let digest = digest(bytes);
-        tracing::info!(
-            plugin = name,
-            bytes = bytes.len(),
-            digest = &digest[..12],
-            "compiling plugin"
-        );
-        let started = std::time::Instant::now();
-        let component = Component::new(&self.engine, bytes).map_err(|source| Error::Compile {
+        let compile_error = |source| Error::Compile {
             path: PathBuf::from(name),
             source,
-        });
-        super::memory::release_free_memory();
+        };
+        let started = std::time::Instant::now();
+        let marker = self
+            .options
+            .cache_dir
+            .as_deref()
+            .map(|dir| super::compile::marker(dir, &digest, &self.engine));
+        let compiled_before = marker.as_deref().is_some_and(Path::exists);
+        if let (Some(program), false) = (&self.options.compile_process, compiled_before) {
+            tracing::info!(
+                plugin = name,
+                bytes = bytes.len(),
+                digest = &digest[..12],
+                "compiling plugin in a separate process"
+            );
+            super::compile::in_child(program, &self.options, bytes, limit).map_err(compile_error)?;
+        } else if !compiled_before {
+            tracing::info!(
+                plugin = name,
+                bytes = bytes.len(),
+                digest = &digest[..12],
+                "compiling plugin"
+            );
+        }
+        let component = Component::new(&self.engine, bytes).map_err(compile_error);
+        if !compiled_before && self.options.compile_process.is_none() {
+            super::memory::release_free_memory();
+        }
         let component = component?;
+        if let (Some(marker), false) = (&marker, compiled_before) {
+            super::compile::mark(marker);
+        }
         tracing::info!(
             plugin = name,
             elapsed_ms = started.elapsed().as_millis() as u64,
+            cached = compiled_before,
             "compiled plugin"
         );
         let pre = self.linker.instantiate_pre(&component).map_err(|source| Error::Link {

@@ -8,7 +8,8 @@
 //! the time spent waiting for the API server), a share of CPU (paused at an
 //! epoch tick once its share of the window is spent, see `budget`) and a
 //! memory limit (store limits). After each compile the allocator's free
-//! memory is handed back (`memory`).
+//! memory is handed back (`memory`), or the compile runs in a short-lived
+//! child process and leaves its memory there (`compile`).
 //!
 //! # Examples
 //!
@@ -26,6 +27,7 @@
 
 mod budget;
 mod cluster;
+mod compile;
 mod component;
 mod deadline;
 mod engine;
@@ -41,6 +43,7 @@ use crate::cluster::Writer;
 use crate::grant::Grant;
 use crate::limits::Limits;
 
+pub use compile::run_compile_process;
 pub use component::PluginComponent;
 pub use engine::{EngineOptions, PluginEngine};
 pub use instance::PluginInstance;

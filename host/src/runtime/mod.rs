@@ -219,10 +219,7 @@ impl RuntimeConfig {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             plugins: dir.into(),
-            engine: EngineOptions {
-                cache_dir: None,
-                pooled_instances: None,
-            },
+            engine: EngineOptions::default(),
             namespace: None,
             log_sink: None,
             observer: None,

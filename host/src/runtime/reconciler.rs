@@ -305,11 +305,11 @@ impl Reconciler {
                 // One compile per plugin at a time: the lock goes with the
                 // compile, which cannot be interrupted, until it returns.
                 let turn = compiling.lock_owned().await;
+                let limit = manifest.limits.compile_timeout;
                 let compile = blocking(move || {
                     let _turn = turn;
-                    engine.load_file_bytes(&path, &bytes)
+                    engine.load_file_bytes_within(&path, &bytes, limit)
                 });
-                let limit = manifest.limits.compile_timeout;
                 let Ok(compiled) = tokio::time::timeout(limit, compile).await else {
                     let error = Error::Timeout {
                         plugin: name.to_owned(),
