@@ -29,6 +29,9 @@ pub(crate) struct SyncReport {
     /// Resident bytes before the client connected and 200 ms after sync.
     pub(crate) rss_before: u64,
     pub(crate) rss_after: u64,
+    /// Bytes allocated and not freed, at the same two moments.
+    pub(crate) heap_before: usize,
+    pub(crate) heap_after: usize,
     pub(crate) objects: usize,
     pub(crate) cached_bytes: usize,
 }
@@ -62,7 +65,7 @@ fn nan_if_null<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Err
 /// In a sync child: syncs every pod with one side, reports a [`SyncReport`].
 pub(crate) async fn sync(side: Side, kubeconfig: &Path) -> anyhow::Result<()> {
     let client = client_for(kubeconfig).await?;
-    let before = resident_bytes();
+    let (before, heap_before) = (resident_bytes(), crate::HEAP.allocated());
     let started = Instant::now();
     let cache = synced_cache(client, side).await?;
     let sync_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -72,6 +75,8 @@ pub(crate) async fn sync(side: Side, kubeconfig: &Path) -> anyhow::Result<()> {
         sync_ms,
         rss_before: before,
         rss_after: resident_bytes(),
+        heap_before,
+        heap_after: crate::HEAP.allocated(),
         objects: cache.objects,
         cached_bytes: cache.cached_bytes,
     };

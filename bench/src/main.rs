@@ -20,6 +20,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::consumers::{Side, Work};
 
+/// Every allocation is counted, so the memory rows can report the live heap
+/// beside the resident size (which also holds what the allocator keeps free).
+#[global_allocator]
+static HEAP: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
+
 /// kinformer against a kube-rs reflector, side by side.
 #[derive(Debug, Parser)]
 #[command(name = "kinformer-bench")]

@@ -164,7 +164,7 @@ pub fn replay(
                 && namespace
                     .as_deref()
                     .is_none_or(|namespace| delta.object.namespace() == Some(namespace))
-                && selector.matches(delta.object.labels())
+                && selector.matches(&delta.object.labels())
         });
         if !wanted || !scope.contains(&delta.object) {
             continue;

@@ -355,7 +355,7 @@ impl Indexer {
         let inner = self.read();
         let in_namespace = |object: &CachedObject| namespace.is_none_or(|ns| object.namespace() == Some(ns));
         let keep = |object: &&Arc<CachedObject>| {
-            in_namespace(object) && self.scope.contains(object) && selector.matches(object.labels())
+            in_namespace(object) && self.scope.contains(object) && selector.matches(&object.labels())
         };
 
         // The narrowest pinned label requirement, if any, bounds the candidates.
@@ -483,8 +483,11 @@ impl IndexerWriter {
     /// Inserts or replaces the object under its key; returns the previous one.
     pub fn apply(&self, object: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
         let mut inner = self.write();
-        let key: Arc<str> = Arc::from(object.key());
-        let previous = inner.objects.insert(key.clone(), Arc::clone(&object));
+        let key = Arc::clone(object.shared_key());
+        // The map keeps the key it has on an insert: removing first lets it
+        // hold the new object's key, so the old one's goes with the old object.
+        let previous = inner.objects.remove(&key);
+        inner.objects.insert(key.clone(), Arc::clone(&object));
         if let Some(previous) = &previous {
             inner.remove_from_indexes(&key, previous);
         }
@@ -521,7 +524,7 @@ impl IndexerWriter {
             index.clear();
         }
         for object in objects {
-            let key: Arc<str> = Arc::from(object.key());
+            let key = Arc::clone(object.shared_key());
             old.remove(&key);
             inner.insert_into_indexes(&key, &object);
             inner.objects.insert(key, object);
@@ -801,7 +804,7 @@ mod tests {
                     .map(|o| o.key().to_owned())
                     .collect();
                 let expected =
-                    brute(&|o| namespace.is_none_or(|ns| o.namespace() == Some(ns)) && selector.matches(o.labels()));
+                    brute(&|o| namespace.is_none_or(|ns| o.namespace() == Some(ns)) && selector.matches(&o.labels()));
                 assert_eq!(listed, expected, "{selector_text:?} in {namespace:?}");
             }
         }

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::delta::{Delta, DeltaType};
 use crate::indexer::IndexerWriter;
-use crate::object::{CachedObject, Transform};
+use crate::object::{CachedObject, Transform, WatchedObject};
 
 /// What a Reflector lists and watches, and how it reports.
 #[derive(Debug, Clone, Default)]
@@ -286,7 +286,7 @@ impl DeltaSink for Arc<crate::processor::SharedProcessor> {
 /// ```
 #[derive(Debug)]
 pub struct Reflector {
-    api: Api<CachedObject>,
+    api: Api<WatchedObject>,
     config: ReflectorConfig,
     maker: DeltaMaker,
     status: Arc<ReflectorStatus>,
@@ -358,6 +358,7 @@ impl Reflector {
                     tracing::info!(resource, listed, "initial list in progress");
                 }
             }
+            let event = unwrapped(event);
             let done = matches!(event, watcher::Event::InitDone);
             for delta in self.maker.step(event) {
                 tracing::trace!(resource, key = delta.key(), delta = %delta.delta_type, "delta");
@@ -377,6 +378,18 @@ impl Reflector {
                 tracing::info!(resource, objects = listed, "initial list synced");
             }
         }
+    }
+}
+
+/// The watcher's event with the object it carries, without the metadata only
+/// the watcher reads.
+fn unwrapped(event: watcher::Event<WatchedObject>) -> watcher::Event<CachedObject> {
+    match event {
+        watcher::Event::Apply(watched) => watcher::Event::Apply(watched.object),
+        watcher::Event::Delete(watched) => watcher::Event::Delete(watched.object),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(watched) => watcher::Event::InitApply(watched.object),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 

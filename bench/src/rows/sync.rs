@@ -21,6 +21,7 @@ pub(super) async fn rows(table: &mut Table, pods: usize, repeat: usize) -> anyho
     let mut time: BTreeMap<Side, Samples> = BTreeMap::new();
     let mut rss: BTreeMap<Side, Samples> = BTreeMap::new();
     let mut per_object: BTreeMap<Side, Samples> = BTreeMap::new();
+    let mut heap_per_object: BTreeMap<Side, Samples> = BTreeMap::new();
     let mut cached = 0;
     for _ in 0..repeat {
         for side in [Side::Kinformer, Side::KubePod, Side::KubeDynamic] {
@@ -39,6 +40,10 @@ pub(super) async fn rows(table: &mut Table, pods: usize, repeat: usize) -> anyho
                 .entry(side)
                 .or_default()
                 .push((report.rss_after as f64 - report.rss_before as f64) / pods_served as f64);
+            heap_per_object
+                .entry(side)
+                .or_default()
+                .push((report.heap_after as f64 - report.heap_before as f64) / pods_served as f64);
             if side == Side::Kinformer {
                 cached = report.cached_bytes;
             }
@@ -89,6 +94,18 @@ pub(super) async fn rows(table: &mut Table, pods: usize, repeat: usize) -> anyho
         "–".into(),
         per_object(ours) / transformed,
         "≤ 1.2×",
+    );
+    let heap_per_object = |side: Side| heap_per_object[&side].median();
+    table.add(
+        format!("2. {n} pods: live heap per object (counting allocator) ÷ JSON after the transform"),
+        format!("{:.2}×", heap_per_object(ours) / transformed),
+        format!(
+            "{:.2}× (DynamicObject), {:.2}× (Pod)",
+            heap_per_object(Side::KubeDynamic) / transformed,
+            heap_per_object(Side::KubePod) / transformed
+        ),
+        heap_per_object(ours) / transformed,
+        "",
     );
     Ok(())
 }

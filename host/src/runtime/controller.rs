@@ -57,12 +57,12 @@ pub(super) fn keys_for(delta: &Delta, spec: &ControllerSpec, primary: &Indexer) 
 /// primary resource.
 fn controller_owner(object: &CachedObject, spec: &ControllerSpec) -> Option<String> {
     let api_version = spec.primary.api_version();
-    let owner = object.meta().owner_references.as_ref()?.iter().find(|owner| {
-        owner.controller == Some(true) && owner.kind == spec.primary.kind && owner.api_version == api_version
-    })?;
+    let owner = object
+        .owner_references()
+        .find(|owner| owner.controller && owner.kind == spec.primary.kind && owner.api_version == api_version)?;
     Some(match object.namespace() {
         Some(namespace) => format!("{namespace}/{}", owner.name),
-        None => owner.name.clone(),
+        None => owner.name.to_owned(),
     })
 }
 
