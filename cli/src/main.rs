@@ -163,9 +163,10 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Run a plugin offline on a recording: its cache answers from the
-    /// recorded state as of each delta. Prints its log lines; exits 2 when
-    /// `handle` returned errors, 3 when it trapped.
+    /// Run a plugin or controller offline on a recording: its cache answers
+    /// from the recorded state as of each delta. Prints its log lines and the
+    /// writes it would make (none is made); exits 2 when `handle` or
+    /// `reconcile` returned errors, 3 when it trapped.
     Replay {
         /// The plugin component (*.wasm); the manifest beside it applies.
         plugin: PathBuf,
@@ -378,10 +379,12 @@ fn main() -> ExitCode {
     // Logs go to stderr: stdout is for what a command prints (`rbac`,
     // `check`, and a replayed plugin's lines, which the replay prints itself).
     let mut filter = log_filter(&cli.log);
-    if matches!(cli.command, Command::Replay { .. })
-        && let Ok(directive) = "kinformer::plugin::log=off".parse()
-    {
-        filter = filter.add_directive(directive);
+    if matches!(cli.command, Command::Replay { .. }) {
+        for directive in ["kinformer::plugin::log=off", "kinformer::audit=off"] {
+            if let Ok(directive) = directive.parse() {
+                filter = filter.add_directive(directive);
+            }
+        }
     }
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -571,8 +574,13 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 &engine,
                 &mut std::io::stdout().lock(),
             )?;
+            let reconciles = if outcome.reconciles > 0 {
+                format!(", {} reconciles", outcome.reconciles)
+            } else {
+                String::new()
+            };
             eprintln!(
-                "replayed {} deltas of {}: {} errors{}",
+                "replayed {} deltas of {}{reconciles}: {} errors{}",
                 outcome.delivered,
                 deltas.len(),
                 outcome.errors,
