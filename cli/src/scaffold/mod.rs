@@ -62,6 +62,7 @@ impl SdkSource {
 
 const WIT: &str = include_str!("../../../wit/kinformer.wit");
 const PYTHON_SDK: &str = include_str!("../../../guest-sdk/python/kinformer/__init__.py");
+const PYTHON_CLUSTER: &str = include_str!("../../../guest-sdk/python/kinformer/cluster.py");
 const PYTHON_BUILD: &str = include_str!("../../../guest-sdk/python/build");
 const JS_SDK: &str = include_str!("../../../guest-sdk/js/kinformer.js");
 const JS_BUILD: &str = include_str!("../../../guest-sdk/js/build");
@@ -109,6 +110,7 @@ pub fn new_plugin(dir: &Path, name: &str, language: Language, sdk: &SdkSource) -
             files.push(("wit/kinformer.wit".into(), WIT.into(), false));
             files.push(("sdk/build".into(), PYTHON_BUILD.into(), true));
             files.push(("sdk/kinformer/__init__.py".into(), PYTHON_SDK.into(), false));
+            files.push(("sdk/kinformer/cluster.py".into(), PYTHON_CLUSTER.into(), false));
         }
         Language::JavaScript => {
             files.push(("app.js".into(), fill(include_str!("js/app.js")), false));
