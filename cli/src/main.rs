@@ -178,7 +178,8 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
-    /// Write a new plugin project: a plugin that logs deltas, its build, a
+    /// Write a new plugin project: a plugin that logs deltas (or a
+    /// controller that logs each object it reconciles), its build, a
     /// manifest with a narrow grant, and a README of three commands.
     New {
         /// The plugin's name; also the project's directory (see --dir).
@@ -186,6 +187,9 @@ enum Command {
         /// rust, python or js.
         #[arg(long, default_value = "rust")]
         lang: kinformer_cli::scaffold::Language,
+        /// plugin (handles deltas) or controller (reconciles keys).
+        #[arg(long, default_value = "plugin")]
+        world: kinformer_cli::scaffold::World,
         /// Where to write the project (default: ./NAME).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -588,16 +592,16 @@ fn run(command: Command) -> anyhow::Result<u8> {
             );
             Ok(outcome.exit_code())
         }
-        Command::New { name, lang, dir } => {
+        Command::New { name, lang, world, dir } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
             let sdk = kinformer_cli::scaffold::SdkSource::detect();
-            for file in kinformer_cli::scaffold::new_plugin(&dir, &name, lang, &sdk)? {
+            for file in kinformer_cli::scaffold::new_plugin(&dir, &name, lang, world, &sdk)? {
                 println!("wrote {}", file.display());
             }
             println!(
                 "build it: cd {} && {}",
                 dir.display(),
-                kinformer_cli::scaffold::build_line(lang, &name)
+                kinformer_cli::scaffold::build_line(lang, world, &name)
             );
             Ok(0)
         }
