@@ -263,3 +263,71 @@ async fn a_controller_replayed_prints_the_writes_it_would_make_and_makes_none() 
     );
     assert!(last.contains("denied"), "{last}");
 }
+
+/// One line of a recording: `type` of an object of `api_version`/`kind`
+/// named `namespace/name` at `rv`, controlled by replica set `owner`.
+fn recorded_line(
+    delta: &str,
+    initial: bool,
+    (api_version, kind): (&str, &str),
+    name: &str,
+    rv: u32,
+    owner: Option<&str>,
+) -> String {
+    let owners: Vec<serde_json::Value> = owner
+        .into_iter()
+        .map(|owner| json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": format!("u-{owner}"), "controller": true}))
+        .collect();
+    let line = json!({"type": delta, "initial": initial, "apiVersion": api_version, "kind": kind, "object": {
+        "apiVersion": api_version, "kind": kind,
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"), "resourceVersion": rv.to_string(), "ownerReferences": owners}
+    }});
+    format!("{line}\n")
+}
+
+#[test]
+fn a_replayed_controller_reconciles_the_keys_each_delta_leads_to_as_the_host_would() {
+    let replica_set = ("apps/v1", "ReplicaSet");
+    let pod = ("v1", "Pod");
+    let recording: String = [
+        recorded_line("Added", true, replica_set, "web", 1, None),
+        recorded_line("Added", true, pod, "web-a", 2, Some("web")),
+        // Live: an owned pod changes, a pod of a replica set never seen
+        // appears, the replica set goes.
+        recorded_line("Updated", false, pod, "web-a", 3, Some("web")),
+        recorded_line("Added", false, pod, "db-a", 4, Some("db")),
+        recorded_line("Deleted", false, replica_set, "web", 5, None),
+    ]
+    .concat();
+
+    // The initial lists' keys once, with the state they left; then each
+    // live delta's keys, with the state as of that delta.
+    let (outcome, messages) = replayed(plugin_artifacts::RECONCILER_PATH, recording.as_bytes(), "t");
+    assert_eq!(
+        messages,
+        [
+            "t reconcile shop/web 1/2",
+            "t reconcile shop/web 1/3",
+            "t reconcile shop/db gone",
+            "t reconcile shop/web gone"
+        ]
+    );
+    assert_eq!((outcome.delivered, outcome.reconciles, outcome.exit_code()), (5, 4, 0));
+
+    // Every second reconcile fails: counted, said, and the replay goes on.
+    let (outcome, messages) = replayed(
+        plugin_artifacts::RECONCILER_PATH,
+        recording.as_bytes(),
+        "t,fail-every=2",
+    );
+    assert_eq!(
+        (outcome.reconciles, outcome.errors, outcome.exit_code()),
+        (4, 2, 2),
+        "{messages:#?}"
+    );
+    let failed: Vec<&String> = messages
+        .iter()
+        .filter(|line| line.starts_with("reconcile returned an error on key shop/"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{messages:#?}");
+}

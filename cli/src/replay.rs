@@ -268,6 +268,14 @@ pub fn replay(
         outcome: Outcome::default(),
     };
     for recorded in recording {
+        if !recorded.initial {
+            // The initial lists are over: their keys are reconciled with the
+            // state they left, before the first live delta changes it.
+            target.finish(&mut run);
+            if run.outcome.trap.is_some() {
+                break;
+            }
+        }
         let delta = caches.apply(recorded);
         let wanted = delivered.iter().any(|(gvk, namespace, selector)| {
             *gvk == *delta.gvk
@@ -316,14 +324,14 @@ impl Target {
                 let keys = kinformer::runtime::keys_for(delta, spec, primary);
                 if delta.initial_list {
                     initial.extend(keys);
-                    return;
+                } else {
+                    run.reconcile(keys);
                 }
-                run.reconcile(std::mem::take(initial).into_iter().chain(keys));
             }
         }
     }
 
-    /// Reconciles what still waits for the initial lists to end.
+    /// Reconciles the keys of the initial lists, if not done yet.
     fn finish(&mut self, run: &mut Run) {
         if let Self::Controller { initial, .. } = self {
             run.reconcile(std::mem::take(initial));
