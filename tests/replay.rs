@@ -14,6 +14,7 @@ use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_cli::recording::{self, parse_resource};
 use kinformer_cli::replay::{Outcome, replay};
 use kinformer_tests::engine;
+use kinformer_tests::guest::{Language, World, compile_cache, component, root};
 use kinformer_tests::runtime::{Logged, Logs, caught_up, cluster, install, server_changes, until};
 use serde_json::json;
 
@@ -330,4 +331,45 @@ fn a_replayed_controller_reconciles_the_keys_each_delta_leads_to_as_the_host_wou
         .filter(|line| line.starts_with("reconcile returned an error on key shop/"))
         .collect();
     assert_eq!(failed.len(), 2, "{messages:#?}");
+}
+
+#[test]
+fn a_javascript_writer_replayed_prints_its_writes_and_sees_a_refused_one_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = root().join("test-plugins").join("js-writer");
+    let plugin = dir.path().join("stamper.wasm");
+    std::fs::write(&plugin, component(Language::JavaScript, World::Writer, &source)).unwrap();
+    let manifest = "[grant]\nresources = [\"v1/ConfigMap\"]\n\n\
+                    [[grant.write]]\nverbs = [\"patch\"]\nresources = [\"v1/ConfigMap\"]\nnamespaces = [\"shop\"]\n";
+    std::fs::write(dir.path().join("stamper.toml"), manifest).unwrap();
+    let config_map = ("v1", "ConfigMap");
+    let recording = [
+        recorded_line("Added", true, config_map, "settings", 11, None),
+        recorded_line("Updated", false, config_map, "settings", 12, None),
+    ]
+    .concat();
+    let deltas = recording::read(recording.as_bytes()).unwrap();
+    let options = kinformer::plugin::EngineOptions {
+        cache_dir: Some(compile_cache()),
+        ..kinformer::plugin::EngineOptions::default()
+    };
+    let engine = kinformer::plugin::PluginEngine::with_options(&options).unwrap();
+    let mut out = Vec::new();
+    let outcome = replay(&plugin, &deltas, None, &engine, &mut out).unwrap();
+    let printed = String::from_utf8(out).unwrap();
+    let denied = "delete v1/ConfigMap in namespace kube-system is not granted to this plugin";
+    let expected: Vec<String> = [11, 12]
+        .into_iter()
+        .flat_map(|rv| {
+            [
+                format!(r#"WRITE patch v1/ConfigMap shop/settings [{{"op":"add","path":"/metadata/annotations","value":{{"seen":"{rv}"}}}}]"#),
+                // Answered after the recording's newest resourceVersion, one per write made.
+                format!(" INFO stamped shop/settings, stored at rv {}", rv + 2),
+                format!("WRITE delete v1/ConfigMap kube-system/settings denied: {denied}"),
+                format!(" WARN refused (denied): write denied: {denied}"),
+            ]
+        })
+        .collect();
+    assert_eq!(printed.lines().collect::<Vec<_>>(), expected);
+    assert_eq!((outcome.delivered, outcome.errors, outcome.exit_code()), (2, 0, 0));
 }
