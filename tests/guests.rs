@@ -11,7 +11,7 @@ use apiserver_sim::store::{Filter, PatchType, ResourceId};
 use apiserver_sim::workload::Workload;
 use kinformer::plugin::digest;
 use kinformer::runtime::{Runtime, RuntimeConfig};
-use kinformer_tests::guest::{Language, compile_cache, example};
+use kinformer_tests::guest::{Language, World, compile_cache, example};
 use kinformer_tests::runtime::{
     Generations, Logged, Logs, assert_record_matches_server, caught_up, cluster, listed_status, plugin_status, publish,
     quick_manifest, server_changes, status, until,
@@ -22,7 +22,7 @@ use serde_json::json;
 /// The Python example: reports pods in CrashLoopBackOff per deployment and
 /// logs every delta at DEBUG as delta-logger does.
 fn crashloop_report() -> Vec<u8> {
-    example(Language::Python, "crashloop-report")
+    example(Language::Python, World::Plugin, "crashloop-report")
 }
 
 /// A plugin's deltas as it logged them.
@@ -222,7 +222,7 @@ async fn a_python_plugin_is_swapped_like_a_rust_one() {
 async fn javascript_plugins_record_what_the_server_did_and_see_only_their_grant() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let component = example(Language::JavaScript, "node-budget");
+    let component = example(Language::JavaScript, World::Plugin, "node-budget");
     // Every pod requests 200m: a node with two pods is over the budget.
     publish(d, "all.toml", quick_manifest("millicpu=300").as_bytes());
     publish(d, "all.wasm", &component);

@@ -1,29 +1,39 @@
 //! `kinformer record` and `kinformer replay`: a recording of the emulation's
 //! workload, replayed offline into the plugin that ran live, prints what the
-//! live run printed; a plugin that traps on replay says so in its exit code.
+//! live run printed; a controller replayed prints the writes it would make,
+//! and makes none; a plugin that traps on replay says so in its exit code.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use apiserver_sim::store::ResourceId;
+use apiserver_sim::store::{PatchType, ResourceId};
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_cli::recording::{self, parse_resource};
 use kinformer_cli::replay::{Outcome, replay};
 use kinformer_tests::engine;
+use kinformer_tests::guest::{Language, World, compile_cache, component, root};
 use kinformer_tests::runtime::{Logged, Logs, caught_up, cluster, install, server_changes, until};
+use serde_json::json;
+
+/// Replays `recording` (JSON lines) into `plugin`; returns the outcome and
+/// the lines it printed.
+fn printed(plugin: &Path, recording: &[u8], config: Option<&str>) -> (Outcome, Vec<String>) {
+    let deltas = recording::read(recording).unwrap();
+    let mut out = Vec::new();
+    let outcome = replay(plugin, &deltas, config, engine(), &mut out).unwrap();
+    let printed = String::from_utf8(out).unwrap();
+    (outcome, printed.lines().map(str::to_owned).collect())
+}
 
 /// Replays `recording` (JSON lines) into `plugin`; returns the outcome and
 /// the messages it logged.
 fn replayed(plugin: &str, recording: &[u8], config: &str) -> (Outcome, Vec<String>) {
-    let deltas = recording::read(recording).unwrap();
-    let mut out = Vec::new();
-    let outcome = replay(Path::new(plugin), &deltas, Some(config), engine(), &mut out).unwrap();
-    let printed = String::from_utf8(out).unwrap();
-    let messages = printed
-        .lines()
+    let (outcome, lines) = printed(Path::new(plugin), recording, Some(config));
+    let messages = lines
+        .iter()
         .map(|line| line.trim_start().split_once(' ').unwrap().1.to_owned())
         .collect();
     (outcome, messages)
@@ -143,4 +153,223 @@ fn a_plugin_that_traps_on_replay_exits_non_zero() {
     let (outcome, messages) = replayed(plugin_artifacts::DELTA_LOGGER_PATH, recording.as_bytes(), "v1/Pod");
     assert_eq!((outcome.delivered, outcome.exit_code()), (5, 0));
     assert_eq!(messages[2], "Added Pod shop/web-3 rv=3");
+}
+
+/// Records the initial state of a quiet emulated cluster whose one deployment
+/// (`ns-0/app-0`, 2 pods, an HPA targeting 60% cpu) runs at 120% of its
+/// pods' cpu requests.
+async fn loaded_cluster_recording() -> (apiserver_sim::ApiServer, Vec<u8>) {
+    let workload = Workload::default().seed(7).size(1, 1, 2).changes_per_second(0.0);
+    let (server, churn, client) = cluster(&workload).await;
+    churn.abort();
+    let pods = ResourceId::new("", "v1", "pods");
+    let (running, _) = server.store().snapshot(&pods, &Default::default()).unwrap();
+    assert_eq!(running.len(), 2);
+    for pod in running {
+        let load = json!({"metadata": {"annotations": {"metrics.kinformer.dev/cpu-millicores": "240"}}});
+        server
+            .store()
+            .patch(
+                &pods,
+                pod.namespace.as_deref(),
+                &pod.name,
+                PatchType::Merge,
+                load,
+                false,
+            )
+            .unwrap();
+    }
+    let resources =
+        ["autoscaling/v2/HorizontalPodAutoscaler", "apps/v1/Deployment", "v1/Pod"].map(|r| parse_resource(r).unwrap());
+    let mut out = Vec::new();
+    let stop = tokio::time::sleep(Duration::from_millis(500));
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        recording::record(client, &resources, None, &mut out, stop),
+    )
+    .await
+    .expect("the recorder never synced its informers")
+    .unwrap();
+    (server, out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_replayed_prints_the_writes_it_would_make_and_makes_none() {
+    let (server, recorded) = loaded_cluster_recording().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = include_str!("../plugins/hpa-controller/manifest.toml");
+    install(dir.path(), "hpa", "hpa-controller.wasm", Some(manifest));
+    let plugin = dir.path().join("hpa.wasm");
+
+    let (outcome, lines) = printed(&plugin, &recorded, None);
+    assert_eq!(
+        (outcome.errors, outcome.trap.as_deref(), outcome.exit_code()),
+        (0, None, 0),
+        "{lines:#?}"
+    );
+    assert_eq!(outcome.reconciles, 1, "the one HPA, once: {lines:#?}");
+    // 2 pods at 120% against a 60% target: 4 replicas.
+    let writes: Vec<&str> = lines.iter().filter_map(|line| line.strip_prefix("WRITE ")).collect();
+    assert_eq!(
+        writes[0], r#"patch apps/v1/Deployment/scale ns-0/app-0 {"spec":{"replicas":4}}"#,
+        "{lines:#?}"
+    );
+    let event = writes[1]
+        .strip_prefix("create events.k8s.io/v1/Event ns-0/app-0.")
+        .unwrap();
+    let (_, event) = event.split_once(' ').unwrap();
+    let event: serde_json::Value = serde_json::from_str(event).unwrap();
+    assert_eq!(event["reason"], "SuccessfulRescale", "{event:#}");
+    let status = writes[2]
+        .strip_prefix("patch autoscaling/v2/HorizontalPodAutoscaler/status ns-0/app-0 ")
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_str(status).unwrap();
+    assert_eq!(status["status"]["desiredReplicas"], 4, "{status:#}");
+    assert_eq!(writes.len(), 3, "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.starts_with(" INFO hpa ns-0/app-0: ") && line.ends_with("scaled 2 -> 4")),
+        "{lines:#?}"
+    );
+    let deployment = server
+        .store()
+        .get(&ResourceId::new("apps", "v1", "deployments"), Some("ns-0"), "app-0")
+        .unwrap();
+    assert_eq!(deployment.value["spec"]["replicas"], 2, "a replay wrote to the cluster");
+
+    // Without its write grant, the same replay is refused its writes, and
+    // each failed reconcile counts as an error.
+    let read_only = &manifest[..manifest.find("[[grant.write]]").unwrap()];
+    std::fs::write(dir.path().join("hpa.toml"), read_only).unwrap();
+    let (outcome, lines) = printed(&plugin, &recorded, None);
+    assert_eq!(
+        (outcome.reconciles, outcome.errors, outcome.exit_code()),
+        (1, 1, 2),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| line.starts_with("WRITE "))
+            .collect::<Vec<_>>(),
+        [
+            "WRITE patch apps/v1/Deployment/scale ns-0/app-0 denied: patch apps/v1/Deployment/scale in namespace ns-0 is not granted to this plugin"
+        ]
+    );
+    let last = lines.last().unwrap();
+    assert!(
+        last.starts_with("ERROR reconcile returned an error on key ns-0/app-0: "),
+        "{lines:#?}"
+    );
+    assert!(last.contains("denied"), "{last}");
+}
+
+/// One line of a recording: `type` of an object of `api_version`/`kind`
+/// named `namespace/name` at `rv`, controlled by replica set `owner`.
+fn recorded_line(
+    delta: &str,
+    initial: bool,
+    (api_version, kind): (&str, &str),
+    name: &str,
+    rv: u32,
+    owner: Option<&str>,
+) -> String {
+    let owners: Vec<serde_json::Value> = owner
+        .into_iter()
+        .map(|owner| json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": format!("u-{owner}"), "controller": true}))
+        .collect();
+    let line = json!({"type": delta, "initial": initial, "apiVersion": api_version, "kind": kind, "object": {
+        "apiVersion": api_version, "kind": kind,
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("u-{name}"), "resourceVersion": rv.to_string(), "ownerReferences": owners}
+    }});
+    format!("{line}\n")
+}
+
+#[test]
+fn a_replayed_controller_reconciles_the_keys_each_delta_leads_to_as_the_host_would() {
+    let replica_set = ("apps/v1", "ReplicaSet");
+    let pod = ("v1", "Pod");
+    let recording: String = [
+        recorded_line("Added", true, replica_set, "web", 1, None),
+        recorded_line("Added", true, pod, "web-a", 2, Some("web")),
+        // Live: an owned pod changes, a pod of a replica set never seen
+        // appears, the replica set goes.
+        recorded_line("Updated", false, pod, "web-a", 3, Some("web")),
+        recorded_line("Added", false, pod, "db-a", 4, Some("db")),
+        recorded_line("Deleted", false, replica_set, "web", 5, None),
+    ]
+    .concat();
+
+    // The initial lists' keys once, with the state they left; then each
+    // live delta's keys, with the state as of that delta.
+    let (outcome, messages) = replayed(plugin_artifacts::RECONCILER_PATH, recording.as_bytes(), "t");
+    assert_eq!(
+        messages,
+        [
+            "t reconcile shop/web 1/2",
+            "t reconcile shop/web 1/3",
+            "t reconcile shop/db gone",
+            "t reconcile shop/web gone"
+        ]
+    );
+    assert_eq!((outcome.delivered, outcome.reconciles, outcome.exit_code()), (5, 4, 0));
+
+    // Every second reconcile fails: counted, said, and the replay goes on.
+    let (outcome, messages) = replayed(
+        plugin_artifacts::RECONCILER_PATH,
+        recording.as_bytes(),
+        "t,fail-every=2",
+    );
+    assert_eq!(
+        (outcome.reconciles, outcome.errors, outcome.exit_code()),
+        (4, 2, 2),
+        "{messages:#?}"
+    );
+    let failed: Vec<&String> = messages
+        .iter()
+        .filter(|line| line.starts_with("reconcile returned an error on key shop/"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{messages:#?}");
+}
+
+#[test]
+fn a_javascript_writer_replayed_prints_its_writes_and_sees_a_refused_one_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = root().join("test-plugins").join("js-writer");
+    let plugin = dir.path().join("stamper.wasm");
+    std::fs::write(&plugin, component(Language::JavaScript, World::Writer, &source)).unwrap();
+    let manifest = "[grant]\nresources = [\"v1/ConfigMap\"]\n\n\
+                    [[grant.write]]\nverbs = [\"patch\"]\nresources = [\"v1/ConfigMap\"]\nnamespaces = [\"shop\"]\n";
+    std::fs::write(dir.path().join("stamper.toml"), manifest).unwrap();
+    let config_map = ("v1", "ConfigMap");
+    let recording = [
+        recorded_line("Added", true, config_map, "settings", 11, None),
+        recorded_line("Updated", false, config_map, "settings", 12, None),
+    ]
+    .concat();
+    let deltas = recording::read(recording.as_bytes()).unwrap();
+    let options = kinformer::plugin::EngineOptions {
+        cache_dir: Some(compile_cache()),
+        ..kinformer::plugin::EngineOptions::default()
+    };
+    let engine = kinformer::plugin::PluginEngine::with_options(&options).unwrap();
+    let mut out = Vec::new();
+    let outcome = replay(&plugin, &deltas, None, &engine, &mut out).unwrap();
+    let printed = String::from_utf8(out).unwrap();
+    let denied = "delete v1/ConfigMap in namespace kube-system is not granted to this plugin";
+    let expected: Vec<String> = [11, 12]
+        .into_iter()
+        .flat_map(|rv| {
+            [
+                format!(r#"WRITE patch v1/ConfigMap shop/settings [{{"op":"add","path":"/metadata/annotations","value":{{"seen":"{rv}"}}}}]"#),
+                // Answered after the recording's newest resourceVersion, one per write made.
+                format!(" INFO stamped shop/settings, stored at rv {}", rv + 2),
+                format!("WRITE delete v1/ConfigMap kube-system/settings denied: {denied}"),
+                format!(" WARN refused (denied): write denied: {denied}"),
+            ]
+        })
+        .collect();
+    assert_eq!(printed.lines().collect::<Vec<_>>(), expected);
+    assert_eq!((outcome.delivered, outcome.errors, outcome.exit_code()), (2, 0, 0));
 }

@@ -163,9 +163,10 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Run a plugin offline on a recording: its cache answers from the
-    /// recorded state as of each delta. Prints its log lines; exits 2 when
-    /// `handle` returned errors, 3 when it trapped.
+    /// Run a plugin or controller offline on a recording: its cache answers
+    /// from the recorded state as of each delta. Prints its log lines and the
+    /// writes it would make (none is made); exits 2 when `handle` or
+    /// `reconcile` returned errors, 3 when it trapped.
     Replay {
         /// The plugin component (*.wasm); the manifest beside it applies.
         plugin: PathBuf,
@@ -177,7 +178,8 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
-    /// Write a new plugin project: a plugin that logs deltas, its build, a
+    /// Write a new plugin project: a plugin that logs deltas (or a
+    /// controller that logs each object it reconciles), its build, a
     /// manifest with a narrow grant, and a README of three commands.
     New {
         /// The plugin's name; also the project's directory (see --dir).
@@ -185,6 +187,9 @@ enum Command {
         /// rust, python or js.
         #[arg(long, default_value = "rust")]
         lang: kinformer_cli::scaffold::Language,
+        /// plugin (handles deltas) or controller (reconciles keys).
+        #[arg(long, default_value = "plugin")]
+        world: kinformer_cli::scaffold::World,
         /// Where to write the project (default: ./NAME).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -394,10 +399,12 @@ fn main() -> ExitCode {
     // Logs go to stderr: stdout is for what a command prints (`rbac`,
     // `check`, and a replayed plugin's lines, which the replay prints itself).
     let mut filter = log_filter(&cli.log);
-    if matches!(cli.command, Command::Replay { .. })
-        && let Ok(directive) = "kinformer::plugin::log=off".parse()
-    {
-        filter = filter.add_directive(directive);
+    if matches!(cli.command, Command::Replay { .. }) {
+        for directive in ["kinformer::plugin::log=off", "kinformer::audit=off"] {
+            if let Ok(directive) = directive.parse() {
+                filter = filter.add_directive(directive);
+            }
+        }
     }
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -585,8 +592,13 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 &engine,
                 &mut std::io::stdout().lock(),
             )?;
+            let reconciles = if outcome.reconciles > 0 {
+                format!(", {} reconciles", outcome.reconciles)
+            } else {
+                String::new()
+            };
             eprintln!(
-                "replayed {} deltas of {}: {} errors{}",
+                "replayed {} deltas of {}{reconciles}: {} errors{}",
                 outcome.delivered,
                 deltas.len(),
                 outcome.errors,
@@ -594,16 +606,16 @@ fn run(command: Command) -> anyhow::Result<u8> {
             );
             Ok(outcome.exit_code())
         }
-        Command::New { name, lang, dir } => {
+        Command::New { name, lang, world, dir } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
             let sdk = kinformer_cli::scaffold::SdkSource::detect();
-            for file in kinformer_cli::scaffold::new_plugin(&dir, &name, lang, &sdk)? {
+            for file in kinformer_cli::scaffold::new_plugin(&dir, &name, lang, world, &sdk)? {
                 println!("wrote {}", file.display());
             }
             println!(
                 "build it: cd {} && {}",
                 dir.display(),
-                kinformer_cli::scaffold::build_line(lang, &name)
+                kinformer_cli::scaffold::build_line(lang, world, &name)
             );
             Ok(0)
         }

@@ -2,17 +2,52 @@
 //! [`crate::recording`]): no cluster, the plugin's grant, limits and config
 //! from the manifest beside it, and a cache that answers from the recorded
 //! state as of each delta.
+//!
+//! A plugin that handles deltas gets each delivered delta in a `handle` call
+//! of its own. A controller gets what the host's controller would give it:
+//! once the recording's initial lists are cached, every key they lead to is
+//! reconciled once; then each live delta is cached and the keys it leads to
+//! (the primary object, the controller owner of an owned object, the primary
+//! objects a mapped object is indexed by) are reconciled, each once, in key
+//! order. Errors are counted and the replay goes on; neither backoff nor
+//! `requeue-after` is replayed.
+//!
+//! # Output
+//!
+//! One line per log line of the plugin, `LEVEL message` (the level right
+//! aligned in five columns), and one per write it asked for, in the order
+//! they happened:
+//!
+//! ```text
+//!  INFO hpa ns-0/app-0: 2 ready pods of deployment app-0 at 120% cpu (target 60%): scaled 2 -> 4
+//! WRITE patch apps/v1/Deployment/scale ns-0/app-0 {"spec":{"replicas":4}}
+//! WRITE create v1/ConfigMap ns-1/settings denied: create v1/ConfigMap in namespace ns-1 is not granted to this plugin
+//! ```
+//!
+//! A write's line is `WRITE verb resource key`, then the object or patch the
+//! plugin sent (JSON, whole; nothing for a delete) when the write would be
+//! made, or `outcome: message` when it would not (outside the grant, or
+//! malformed). Nothing is sent: the manifest's write grant is checked as the
+//! host checks it (with no write rate), and a write it admits is answered as
+//! a server would plausibly answer it, from the recorded state as of the
+//! current delta: the object with the write applied and a new
+//! resourceVersion ([`kinformer::cluster::Offline`]). Writes do not change
+//! the recorded state. Then come the replay's own lines: `ERROR` when `handle`
+//! or `reconcile` returned an error or the plugin trapped.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context as _;
 use kinformer::caches::Caches;
+use kinformer::cluster::{Cluster, Offline, WriteRecord};
 use kinformer::delta::{Delta, DeltaType};
-use kinformer::indexer::{IndexLease, IndexerWriter, indexer};
+use kinformer::indexer::{IndexLease, Indexer, IndexerWriter, indexer};
 use kinformer::manifest::Manifest;
-use kinformer::plugin::{Error, LogLine, PluginEngine, PluginOptions};
+use kinformer::plugin::{Error, LogLine, PluginEngine, PluginInstance, PluginOptions};
+use kinformer::registration::ControllerSpec;
 use kinformer_selector::Selector;
 use kube::api::GroupVersionKind;
 
@@ -21,17 +56,20 @@ use crate::recording::Recorded;
 /// How a replay ended.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
-    /// Deltas handed to the plugin.
+    /// Deltas handed to the plugin (for a controller: that it subscribed to).
     pub delivered: u64,
-    /// Deltas for which `handle` returned an error.
+    /// Keys a controller reconciled.
+    pub reconciles: u64,
+    /// Calls of `handle` or `reconcile` that returned an error.
     pub errors: u64,
     /// The trap that stopped the replay, if the plugin trapped.
     pub trap: Option<String>,
 }
 
 impl Outcome {
-    /// The process's exit code: 0 when every delta was handled, 2 when
-    /// `handle` returned errors, 3 when the plugin trapped.
+    /// The process's exit code: 0 when every delta was handled (every key
+    /// reconciled), 2 when `handle` or `reconcile` returned errors, 3 when
+    /// the plugin trapped.
     #[must_use]
     pub fn exit_code(&self) -> u8 {
         match (&self.trap, self.errors) {
@@ -59,17 +97,71 @@ impl RecordedCaches {
         self.writers.push((gvk.clone(), writer));
         &self.writers.last().expect("just pushed").1
     }
+
+    /// Caches the recorded delta; the delta as the host would deliver it.
+    fn apply(&mut self, recorded: &Recorded) -> Delta {
+        let writer = self.writer(&recorded.gvk);
+        let object = Arc::clone(&recorded.object);
+        let delta = match recorded.delta_type {
+            DeltaType::Deleted => {
+                writer.delete(object.key());
+                Delta::new(DeltaType::Deleted, Arc::clone(&recorded.gvk), object)
+            }
+            DeltaType::Updated => match writer.apply(Arc::clone(&object)) {
+                Some(old) => Delta::updated(Arc::clone(&recorded.gvk), old, object),
+                None => Delta::new(DeltaType::Added, Arc::clone(&recorded.gvk), object),
+            },
+            delta_type => {
+                writer.apply(Arc::clone(&object));
+                Delta::new(delta_type, Arc::clone(&recorded.gvk), object)
+            }
+        };
+        if recorded.initial {
+            delta.in_initial_list()
+        } else {
+            delta
+        }
+    }
 }
 
+/// A line of the replay's output, in the order things happened: a log line
+/// or a write of the plugin, or the replay's word on a call that failed.
+enum Printed {
+    Log(LogLine),
+    Write(WriteRecord),
+    Failed(String),
+}
+
+impl std::fmt::Display for Printed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Log(line) => write!(f, "{:>5} {}", line.level, line.message),
+            Self::Write(record) => {
+                write!(f, "WRITE {} {} {}", record.verb, record.resource, record.key)?;
+                match (&record.message, &record.body) {
+                    (Some(message), _) => write!(f, " {}: {message}", record.outcome),
+                    (None, Some(body)) => write!(f, " {body}"),
+                    (None, None) => Ok(()),
+                }
+            }
+            Self::Failed(line) => write!(f, "ERROR {line}"),
+        }
+    }
+}
+
+/// The lines printed so far and not yet written out.
+type Lines = Arc<Mutex<Vec<Printed>>>;
+
 /// Replays `recording` into the plugin file `plugin` (with `config`, or its
-/// manifest's), one delta per `handle` call, writing each of its log lines to
-/// `out` as `LEVEL message`. A `handle` error is reported and the replay goes
-/// on; a trap ends it.
+/// manifest's), writing each of its log lines and writes to `out` (see the
+/// module docs). A `handle` or `reconcile` error is reported and the replay
+/// goes on; a trap ends it.
 ///
 /// # Errors
 ///
-/// When the manifest is broken, the file is not a plugin component of the
-/// `plugin` world, `init` fails, or writing to `out` fails.
+/// When the manifest is broken, the file is not a plugin component, `init`
+/// fails, a controller's primary resource is not granted, or writing to `out`
+/// fails.
 pub fn replay(
     plugin: &Path,
     recording: &[Recorded],
@@ -82,29 +174,42 @@ pub fn replay(
     let bytes = kinformer::file::read_regular(plugin, manifest.limits.module_bytes)
         .with_context(|| format!("{}: cannot read the plugin file (limits.module-mib)", plugin.display()))?;
     let component = engine.load_file_bytes(plugin, &bytes)?;
-    anyhow::ensure!(
-        !component.is_controller(),
-        "{}: a controller reconciles keys; replay runs plugins that handle deltas",
-        plugin.display()
-    );
-    let lines: Arc<Mutex<Vec<LogLine>>> = Arc::default();
-    let sink = Arc::clone(&lines);
-    // A replay runs faster than the deltas came: its lines are not rate-limited.
+    let printed: Lines = Arc::default();
+    // A replay runs faster than the deltas came: neither its lines nor its
+    // writes are rate-limited (a rate of 0 is none).
     let mut limits = manifest.limits;
     limits.log_lines_per_second = u32::MAX;
-    let options = PluginOptions::with_limits(limits)
-        .grant(manifest.grant.clone())
-        .log_sink(Arc::new(move |_plugin: &str, line: &LogLine| {
-            sink.lock().unwrap_or_else(PoisonError::into_inner).push(line.clone());
-        }));
+    limits.writes_per_second = 0;
     let mut caches = RecordedCaches {
         caches: Caches::new(),
         writers: Vec::new(),
     };
+    let last_version = recording
+        .iter()
+        .filter_map(|recorded| recorded.object.resource_version().parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let writes = Arc::clone(&printed);
+    let writer = Cluster::offline(Offline::new(caches.caches.clone(), last_version)).writer(
+        component.name(),
+        manifest.grant.clone(),
+        &limits,
+        manifest.mode,
+        Some(Arc::new(move |record: &WriteRecord| {
+            lock(&writes).push(Printed::Write(record.clone()));
+        })),
+    );
+    let logs = Arc::clone(&printed);
+    let options = PluginOptions::with_limits(limits)
+        .grant(manifest.grant.clone())
+        .writer(writer)
+        .log_sink(Arc::new(move |_plugin: &str, line: &LogLine| {
+            lock(&logs).push(Printed::Log(line.clone()));
+        }));
     let mut instance = component.instantiate(caches.caches.clone(), options)?;
     let print = |out: &mut dyn Write| -> std::io::Result<()> {
-        for line in lines.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
-            writeln!(out, "{:>5} {}", line.level, line.message)?;
+        for line in lock(&printed).drain(..) {
+            writeln!(out, "{line}")?;
         }
         Ok(())
     };
@@ -135,30 +240,43 @@ pub fn replay(
         caches.caches.insert(subscription.gvk.clone(), reader.aliased(aliases));
     }
     let scope = manifest.grant.namespaces();
+    let mut target = match (registration.controller, review.controller) {
+        (None, _) => Target::Handler,
+        (Some(spec), None) => anyhow::bail!(
+            "{}: the controller's primary resource {} {} is not granted",
+            plugin.display(),
+            spec.primary.api_version(),
+            spec.primary.kind
+        ),
+        (Some(_), Some(spec)) => {
+            let primary = caches
+                .caches
+                .get(&spec.primary)
+                .context("the primary resource is among the subscriptions")?
+                .scoped(scope);
+            Target::Controller {
+                spec,
+                primary,
+                initial: BTreeSet::new(),
+            }
+        }
+    };
 
-    let mut outcome = Outcome::default();
+    let mut run = Run {
+        instance,
+        printed: Arc::clone(&printed),
+        outcome: Outcome::default(),
+    };
     for recorded in recording {
-        let writer = caches.writer(&recorded.gvk);
-        let object = Arc::clone(&recorded.object);
-        let delta = match recorded.delta_type {
-            DeltaType::Deleted => {
-                writer.delete(object.key());
-                Delta::new(DeltaType::Deleted, Arc::clone(&recorded.gvk), object)
+        if !recorded.initial {
+            // The initial lists are over: their keys are reconciled with the
+            // state they left, before the first live delta changes it.
+            target.finish(&mut run);
+            if run.outcome.trap.is_some() {
+                break;
             }
-            DeltaType::Updated => match writer.apply(Arc::clone(&object)) {
-                Some(old) => Delta::updated(Arc::clone(&recorded.gvk), old, object),
-                None => Delta::new(DeltaType::Added, Arc::clone(&recorded.gvk), object),
-            },
-            delta_type => {
-                writer.apply(Arc::clone(&object));
-                Delta::new(delta_type, Arc::clone(&recorded.gvk), object)
-            }
-        };
-        let delta = if recorded.initial {
-            delta.in_initial_list()
-        } else {
-            delta
-        };
+        }
+        let delta = caches.apply(recorded);
         let wanted = delivered.iter().any(|(gvk, namespace, selector)| {
             *gvk == *delta.gvk
                 && namespace
@@ -169,28 +287,97 @@ pub fn replay(
         if !wanted || !scope.contains(&delta.object) {
             continue;
         }
-        outcome.delivered += 1;
-        let handled = instance.handle(std::slice::from_ref(&delta));
+        run.outcome.delivered += 1;
+        target.deliver(&mut run, &delta);
         print(&mut *out)?;
-        match handled {
-            Ok(()) => {}
-            Err(Error::Plugin { message, .. }) => {
-                outcome.errors += 1;
-                writeln!(
-                    out,
-                    "ERROR handle returned an error on {} {}: {message}",
-                    delta.delta_type,
-                    delta.key()
-                )?;
+        if run.outcome.trap.is_some() {
+            break;
+        }
+    }
+    target.finish(&mut run);
+    print(&mut *out)?;
+    out.flush()?;
+    Ok(run.outcome)
+}
+
+/// What the replay calls: `handle`, or a controller's `reconcile` for the
+/// keys each delta leads to.
+enum Target {
+    Handler,
+    Controller {
+        spec: ControllerSpec,
+        primary: Indexer,
+        /// The keys of the initial lists, reconciled once they are all cached.
+        initial: BTreeSet<String>,
+    },
+}
+
+impl Target {
+    /// Hands the plugin one delta.
+    fn deliver(&mut self, run: &mut Run, delta: &Delta) {
+        match self {
+            Self::Handler => {
+                let handled = run.instance.handle(std::slice::from_ref(delta));
+                run.settle(handled, "handle", &format!("{} {}", delta.delta_type, delta.key()));
             }
-            Err(error) => {
-                let trap = kinformer::one_line(&error);
-                writeln!(out, "ERROR trapped on {} {}: {trap}", delta.delta_type, delta.key())?;
-                outcome.trap = Some(trap);
-                break;
+            Self::Controller { spec, primary, initial } => {
+                let keys = kinformer::runtime::keys_for(delta, spec, primary);
+                if delta.initial_list {
+                    initial.extend(keys);
+                } else {
+                    run.reconcile(keys);
+                }
             }
         }
     }
-    out.flush()?;
-    Ok(outcome)
+
+    /// Reconciles the keys of the initial lists, if not done yet.
+    fn finish(&mut self, run: &mut Run) {
+        if let Self::Controller { initial, .. } = self {
+            run.reconcile(std::mem::take(initial));
+        }
+    }
+}
+
+/// The instance being replayed into, and how it fares.
+struct Run {
+    instance: PluginInstance,
+    printed: Lines,
+    outcome: Outcome,
+}
+
+impl Run {
+    /// Reconciles each key, until one traps.
+    fn reconcile(&mut self, keys: impl IntoIterator<Item = String>) {
+        for key in keys {
+            if self.outcome.trap.is_some() {
+                return;
+            }
+            self.outcome.reconciles += 1;
+            let reconciled = self.instance.reconcile(&key).map(|_requeue_after| ());
+            self.settle(reconciled, "reconcile", &format!("key {key}"));
+        }
+    }
+
+    /// Counts an error or a trap of `call` on `what`, and says so.
+    fn settle(&mut self, result: Result<(), Error>, call: &str, what: &str) {
+        let line = match result {
+            Ok(()) => return,
+            Err(Error::Plugin { message, .. }) => {
+                self.outcome.errors += 1;
+                format!("{call} returned an error on {what}: {message}")
+            }
+            Err(error) => {
+                let trap = kinformer::one_line(&error);
+                let line = format!("trapped on {what}: {trap}");
+                self.outcome.trap = Some(trap);
+                line
+            }
+        };
+        lock(&self.printed).push(Printed::Failed(line));
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

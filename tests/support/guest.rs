@@ -51,20 +51,57 @@ impl Language {
     }
 }
 
-/// The component of example plugin `plugins/NAME`, written in `language`.
+/// The WIT world a plugin is built for: the build script's `--world`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum World {
+    /// `init` and `handle`; reads only.
+    Plugin,
+    /// `init` and `handle`, and writes.
+    Writer,
+    /// `init` and `reconcile`, and writes.
+    Controller,
+}
+
+impl World {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Plugin => "plugin",
+            Self::Writer => "writer",
+            Self::Controller => "controller",
+        }
+    }
+}
+
+/// The component of example plugin `plugins/NAME`, written in `language`,
+/// built for `world`.
 ///
 /// # Panics
 ///
 /// When the build fails: its output is in the test's output.
-pub fn example(language: Language, name: &str) -> Vec<u8> {
+pub fn example(language: Language, world: World, name: &str) -> Vec<u8> {
+    component(language, world, &root().join("plugins").join(name))
+}
+
+/// The component of the plugin whose sources are in `source` (a directory of
+/// the workspace), written in `language`, built for `world`, and compiled
+/// into the [`compile_cache`].
+///
+/// # Panics
+///
+/// When the build fails: its output is in the test's output.
+pub fn component(language: Language, world: World, source: &Path) -> Vec<u8> {
     static BUILDING: Mutex<()> = Mutex::new(());
     let _one_at_a_time = BUILDING.lock().unwrap_or_else(PoisonError::into_inner);
-    let source = root().join("plugins").join(name);
-    let out = target_dir().join("guest-plugins").join(format!("{name}.wasm"));
-    let inputs = [source.as_path(), &language.sdk(), &root().join("wit")];
+    let name = source.file_name().unwrap().to_string_lossy();
+    let file = match world {
+        World::Plugin => format!("{name}.wasm"),
+        other => format!("{name}.{}.wasm", other.name()),
+    };
+    let out = target_dir().join("guest-plugins").join(file);
+    let inputs = [source, &language.sdk(), &root().join("wit")];
     let built = std::fs::metadata(&out).and_then(|meta| meta.modified()).ok();
     if built.is_none_or(|built| inputs.iter().any(|input| newest(input) > built)) {
-        build(language, &source, &out);
+        build(language, world, source, &out);
     }
     let bytes = std::fs::read(&out).unwrap();
     // Compiled once here, into the cache runtimes given `compile_cache()`
@@ -75,19 +112,20 @@ pub fn example(language: Language, name: &str) -> Vec<u8> {
     };
     PluginEngine::with_options(&options)
         .unwrap()
-        .load_bytes(name, &bytes)
+        .load_bytes(&name, &bytes)
         .unwrap();
     bytes
 }
 
-/// Runs `language`'s build of the plugin in `source` into `out`.
+/// Runs `language`'s build of the plugin in `source` for `world` into `out`.
 ///
 /// # Panics
 ///
 /// When the build fails.
-pub fn build(language: Language, source: &Path, out: &Path) {
+pub fn build(language: Language, world: World, source: &Path, out: &Path) {
     let partial = out.with_extension("wasm.partial");
     let status = Command::new(language.build_script())
+        .args(["--world", world.name()])
         .arg(source)
         .arg(&partial)
         .status()

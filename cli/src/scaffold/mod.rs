@@ -1,5 +1,6 @@
 //! `kinformer new`: writes a plugin project that builds as written, in Rust,
-//! Python or JavaScript: a plugin that logs the deltas it receives, its build,
+//! Python or JavaScript: a plugin that logs the deltas it receives (or a
+//! controller that logs each object it reconciles), its build,
 //! the WIT contract (a copy, or for Rust the SDK that binds it), a manifest
 //! with a narrow grant, and a README of three commands.
 
@@ -27,6 +28,41 @@ impl std::str::FromStr for Language {
             "python" | "py" => Ok(Self::Python),
             "js" | "javascript" => Ok(Self::JavaScript),
             other => anyhow::bail!("unknown language {other:?}: want rust, python or js"),
+        }
+    }
+}
+
+/// What a new project is: a plugin that handles deltas, or a controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum World {
+    /// The `plugin` world: `init` and `handle`.
+    #[default]
+    Plugin,
+    /// The `controller` world: `init` and `reconcile`.
+    Controller,
+}
+
+impl std::str::FromStr for World {
+    type Err = anyhow::Error;
+
+    fn from_str(world: &str) -> anyhow::Result<Self> {
+        match world {
+            "plugin" => Ok(Self::Plugin),
+            "controller" => Ok(Self::Controller),
+            other => anyhow::bail!("unknown world {other:?}: want plugin or controller"),
+        }
+    }
+}
+
+impl World {
+    /// What its README says it is, and what it does.
+    fn described(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Plugin => ("plugin", "logs every delta of the resources its config names"),
+            Self::Controller => (
+                "controller",
+                "reconciles every object of the resource its config names, logging each",
+            ),
         }
     }
 }
@@ -62,20 +98,27 @@ impl SdkSource {
 
 const WIT: &str = include_str!("../../../wit/kinformer.wit");
 const PYTHON_SDK: &str = include_str!("../../../guest-sdk/python/kinformer/__init__.py");
+const PYTHON_CLUSTER: &str = include_str!("../../../guest-sdk/python/kinformer/cluster.py");
 const PYTHON_BUILD: &str = include_str!("../../../guest-sdk/python/build");
 const JS_SDK: &str = include_str!("../../../guest-sdk/js/kinformer.js");
 const JS_BUILD: &str = include_str!("../../../guest-sdk/js/build");
 const JS_PACKAGE: &str = include_str!("../../../guest-sdk/js/package.json");
 const JS_LOCK: &str = include_str!("../../../guest-sdk/js/package-lock.json");
 
-/// Writes the project of plugin `name` in `language` into the new directory
-/// `dir`; returns the files written.
+/// Writes the project of plugin `name` in `language`, of `world`, into the
+/// new directory `dir`; returns the files written.
 ///
 /// # Errors
 ///
 /// When `name` is not a lowercase DNS label, `dir` exists already, or a file
 /// cannot be written.
-pub fn new_plugin(dir: &Path, name: &str, language: Language, sdk: &SdkSource) -> anyhow::Result<Vec<PathBuf>> {
+pub fn new_plugin(
+    dir: &Path,
+    name: &str,
+    language: Language,
+    world: World,
+    sdk: &SdkSource,
+) -> anyhow::Result<Vec<PathBuf>> {
     let valid = !name.is_empty()
         && name.len() <= 63
         && name.starts_with(|c: char| c.is_ascii_lowercase())
@@ -88,10 +131,17 @@ pub fn new_plugin(dir: &Path, name: &str, language: Language, sdk: &SdkSource) -
         "bad plugin name {name:?}: want lowercase letters, digits and dashes, starting with a letter"
     );
     anyhow::ensure!(!dir.exists(), "{} exists already", dir.display());
+    let (kind, what) = world.described();
     let fill = |template: &str| {
         template
             .replace("{{name}}", name)
-            .replace("{{build}}", &build_line(language, name))
+            .replace("{{build}}", &build_line(language, world, name))
+            .replace("{{kind}}", kind)
+            .replace("{{what}}", what)
+    };
+    let source = |plugin: &'static str, controller: &'static str| match world {
+        World::Plugin => fill(plugin),
+        World::Controller => fill(controller),
     };
     let mut files: Vec<(String, String, bool)> = vec![
         ("README.md".into(), fill(readme(language)), false),
@@ -102,16 +152,20 @@ pub fn new_plugin(dir: &Path, name: &str, language: Language, sdk: &SdkSource) -
         Language::Rust => {
             let cargo = fill(include_str!("rust/Cargo.toml")).replace("{{sdk}}", &sdk.dependency());
             files.push(("Cargo.toml".into(), cargo, false));
-            files.push(("src/lib.rs".into(), fill(include_str!("rust/lib.rs")), false));
+            let lib = source(include_str!("rust/lib.rs"), include_str!("rust/controller.rs"));
+            files.push(("src/lib.rs".into(), lib, false));
         }
         Language::Python => {
-            files.push(("app.py".into(), fill(include_str!("python/app.py")), false));
+            let app = source(include_str!("python/app.py"), include_str!("python/controller.py"));
+            files.push(("app.py".into(), app, false));
             files.push(("wit/kinformer.wit".into(), WIT.into(), false));
             files.push(("sdk/build".into(), PYTHON_BUILD.into(), true));
             files.push(("sdk/kinformer/__init__.py".into(), PYTHON_SDK.into(), false));
+            files.push(("sdk/kinformer/cluster.py".into(), PYTHON_CLUSTER.into(), false));
         }
         Language::JavaScript => {
-            files.push(("app.js".into(), fill(include_str!("js/app.js")), false));
+            let app = source(include_str!("js/app.js"), include_str!("js/controller.js"));
+            files.push(("app.js".into(), app, false));
             files.push(("wit/kinformer.wit".into(), WIT.into(), false));
             files.push(("sdk/build".into(), JS_BUILD.into(), true));
             files.push(("sdk/kinformer.js".into(), JS_SDK.into(), false));
@@ -144,15 +198,19 @@ fn readme(language: Language) -> &'static str {
     }
 }
 
-/// The shell command that builds the project of plugin `name` in `language`
-/// into `NAME.wasm`, run in the project's directory (its README's first).
+/// The shell command that builds the project of plugin `name` in `language`,
+/// of `world`, into `NAME.wasm`, run in the project's directory (its README's
+/// first).
 #[must_use]
-pub fn build_line(language: Language, name: &str) -> String {
-    match language {
-        Language::Rust => format!(
+pub fn build_line(language: Language, world: World, name: &str) -> String {
+    match (language, world) {
+        (Language::Rust, _) => format!(
             "cargo build --release --target wasm32-wasip2 && cp \"${{CARGO_TARGET_DIR:-target}}/wasm32-wasip2/release/{}.wasm\" {name}.wasm",
             name.replace('-', "_")
         ),
-        Language::Python | Language::JavaScript => format!("sdk/build . {name}.wasm"),
+        (Language::Python | Language::JavaScript, World::Plugin) => format!("sdk/build . {name}.wasm"),
+        (Language::Python | Language::JavaScript, World::Controller) => {
+            format!("sdk/build --world controller . {name}.wasm")
+        }
     }
 }

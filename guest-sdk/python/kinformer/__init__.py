@@ -1,9 +1,9 @@
-"""Write kinformer plugins in Python: Kubernetes event handlers that run as
-WebAssembly components.
+"""Write kinformer plugins in Python: Kubernetes event handlers and
+controllers that run as WebAssembly components.
 
 A plugin is a subclass of :class:`Handler`, exported as the component's world
 with :func:`plugin`, and built with ``componentize-py`` against the ``plugin``
-world of kinformer's ``wit/``::
+world of kinformer's ``wit/`` (or ``writer``, to write to the cluster)::
 
     import kinformer
     from kinformer import Gvk, Registration
@@ -23,15 +23,45 @@ While handling, a plugin reads the host's indexed cache through :mod:`cache
 <kinformer>` functions (:func:`get`, :func:`list_objects`, :func:`by_index`,
 :func:`index_values`) and logs with :func:`info` and friends.
 
-Errors: raise :class:`PluginError` (or let a :class:`CacheError` through) to
-return an error to the host, which delivers the batch again later or skips it,
-as the operator configured. Any other exception is a bug: it traps the
-instance, its traceback lands in the plugin's log, and the host restarts it.
+A controller is a subclass of :class:`Controller`, exported with
+:func:`controller` and built against the ``controller`` world: ``init``
+returns a :class:`ControllerRegistration` (the primary resource, the
+resources it owns and the ones mapped to its keys), and the host calls
+``reconcile`` with a :class:`Request` for each key its workqueue hands out::
+
+    DEPLOYMENTS = Gvk("apps", "v1", "Deployment")
+
+    class Labeller(kinformer.Controller):
+        def init(self, config):
+            return ControllerRegistration("labeller", "0.1.0", DEPLOYMENTS)
+
+        def reconcile(self, request):
+            deployment = kinformer.get(DEPLOYMENTS, request.key)
+            if deployment and "team" not in deployment["metadata"].get("labels", {}):
+                cluster.patch(ObjectRef.from_key(DEPLOYMENTS, request.key), {"metadata": {"labels": {"team": "none"}}})
+            return Action.requeue_after(600)
+
+    WitWorld = kinformer.controller(Labeller)
+
+Writers and controllers write through :mod:`kinformer.cluster`, as far as
+the operator's grant allows.
+
+Errors: raise :class:`PluginError` (or let a :class:`CacheError` or a
+:class:`kinformer.cluster.WriteError` through) to return an error to the
+host: from ``handle``, the host delivers the batch again later or skips it,
+as the operator configured; from ``reconcile``, it retries the key with
+backoff and reconciles the others meanwhile. From ``handle`` any other
+exception is a bug: it traps the instance, its traceback lands in the
+plugin's log, and the host restarts it. From ``reconcile`` every exception
+is an error (other than a :class:`PluginError`, with its type and line), as
+in any controller: one object's surprise does not stop the others'.
 """
 
 import json
+import traceback
 
 from componentize_py_types import Err
+import wit_world as _world
 from wit_world.imports import cache as _cache
 from wit_world.imports import log as _log
 from wit_world.imports import types as _types
@@ -40,6 +70,7 @@ __all__ = [
     "Handler", "Delta", "Gvk", "Registration", "ObjectList", "PluginError", "CacheError",
     "Denied", "InvalidArgument", "NotCached", "UnknownIndex", "get", "list_objects",
     "by_index", "index_values", "trace", "debug", "info", "warn", "error", "plugin",
+    "Controller", "ControllerRegistration", "Request", "Action", "controller", "cluster",
 ]
 
 
@@ -342,31 +373,193 @@ class Handler:
             self.handle(delta)
 
 
+def _check_world(export, builds):
+    """Fails the build (which runs the app once) when the component's world
+    has no ``export``."""
+    if not hasattr(_world.WitWorld, export):
+        raise PluginError(f"the component's world has no {export}: build this app with {builds}")
+
+
+def _err(exception):
+    """The host's error for an exception from ``init``, ``handle`` or
+    ``reconcile``; other than a :class:`PluginError`, with its type and line."""
+    message = str(exception)
+    if not isinstance(exception, PluginError):
+        where = traceback.extract_tb(exception.__traceback__)[-1:]
+        at = f" (at {where[0].filename.rpartition('/')[2]}:{where[0].lineno})" if where else ""
+        message = f"{type(exception).__name__}: {message}{at}"
+    return Err(_types.Error(message or type(exception).__name__))
+
+
+def _started(user_class, state, config):
+    """Runs ``init`` of a fresh instance of ``user_class``, keeps the instance
+    in ``state`` and returns the registration for the host."""
+    instance = user_class()
+    try:
+        registration = instance.init(config)
+    except PluginError as exception:
+        raise _err(exception) from None
+    state["instance"] = instance
+    return registration._wit()
+
+
+def _running(state, call):
+    """The instance ``init`` started; an error for the host before that."""
+    instance = state.get("instance")
+    if instance is None:
+        raise Err(_types.Error(f"{call} called before a successful init"))
+    return instance
+
+
 def plugin(handler_class):
     """The component's world for a :class:`Handler` subclass: assign it to
     ``WitWorld`` in the app module that ``componentize-py`` builds."""
+    _check_world("handle", "--world plugin (or writer)")
     state = {}
-
-    def _as_err(exception):
-        return Err(_types.Error(str(exception) or type(exception).__name__))
 
     class WitWorld:
         def init(self, config):
-            handler = handler_class()
-            try:
-                registration = handler.init(config)
-            except PluginError as exception:
-                raise _as_err(exception) from None
-            state["handler"] = handler
-            return registration._wit()
+            return _started(handler_class, state, config)
 
         def handle(self, batch):
-            handler = state.get("handler")
-            if handler is None:
-                raise Err(_types.Error("handle called before a successful init"))
+            handler = _running(state, "handle")
             try:
                 handler.handle_batch([Delta(delta) for delta in batch])
             except PluginError as exception:
-                raise _as_err(exception) from None
+                raise _err(exception) from None
 
     return WitWorld
+
+
+class ControllerRegistration:
+    """What a controller reconciles and reads, returned from
+    :meth:`Controller.init`: its primary resource (each object a key), the
+    resources it owns and the ones mapped to its keys, and what else it
+    caches and indexes. The setters return the registration, to chain."""
+
+    def __init__(self, name, version, primary):
+        self._base = Registration(name, version)
+        self.primary = primary
+        self._owns = []
+        self._maps = []
+        self._resync_seconds = 0
+
+    def owns(self, gvk):
+        """A change to an object of ``gvk`` whose controller owner (an
+        ``ownerReference`` with ``controller: true``) is a primary object
+        enqueues that owner."""
+        self._owns.append(gvk)
+        return self
+
+    def maps(self, gvk, index, field_path):
+        """A change to an object of ``gvk`` enqueues the primary objects of
+        its namespace whose index ``index`` (declared with :meth:`index`, or
+        built in) holds a value found at ``field_path`` in the object."""
+        self._maps.append(_types.KeyMapping(gvk._wit(), index, field_path))
+        return self
+
+    def cache(self, gvk, namespace=None, label_selector=None):
+        """Also keeps ``gvk`` cached for queries (its changes enqueue nothing)."""
+        self._base.cache(gvk, namespace, label_selector)
+        return self
+
+    def index(self, gvk, name, field_path):
+        """Indexes ``gvk``'s cache by the values at ``field_path``, as ``name``."""
+        self._base.index(gvk, name, field_path)
+        return self
+
+    def resync(self, seconds):
+        """Enqueues every primary key each ``seconds`` (0: never)."""
+        self._resync_seconds = int(seconds)
+        return self
+
+    def _wit(self):
+        return _types.ControllerRegistration(
+            self._base._wit(),
+            self.primary._wit(),
+            [gvk._wit() for gvk in self._owns],
+            list(self._maps),
+            self._resync_seconds,
+        )
+
+
+class Request:
+    """A key to reconcile: one primary object, which may no longer exist."""
+
+    __slots__ = ("key", "namespace", "name")
+
+    def __init__(self, request):
+        self.key = request.key
+        #: ``None`` for a cluster-scoped object.
+        self.namespace = request.namespace
+        self.name = request.name
+
+    def __repr__(self):
+        return f"Request({self.key!r})"
+
+
+class Action:
+    """What the host does after a successful reconcile: :meth:`done` (also
+    what returning ``None`` means) or :meth:`requeue_after`."""
+
+    __slots__ = ("requeue_after_ms",)
+
+    def __init__(self, requeue_after_ms=None):
+        self.requeue_after_ms = requeue_after_ms
+
+    @classmethod
+    def done(cls):
+        """Nothing more: reconcile the key again on its next change (or resync)."""
+        return cls()
+
+    @classmethod
+    def requeue_after(cls, seconds):
+        """Reconcile the key again after ``seconds``, even if nothing changes."""
+        return cls(max(0, round(seconds * 1000)))
+
+    def __repr__(self):
+        return f"Action(requeue_after_ms={self.requeue_after_ms})"
+
+
+class Controller:
+    """What a controller implements. The host creates one instance, calls
+    :meth:`init` once, then :meth:`reconcile` for each key its workqueue
+    hands out: once however often the key was queued, never twice at the
+    same time, again with backoff after an error. After a restart or a
+    reload, ``init`` runs again and every primary key is reconciled once."""
+
+    def init(self, config):
+        """Returns the :class:`ControllerRegistration` for this ``config``
+        (the manifest's string, ``""`` without one)."""
+        raise NotImplementedError
+
+    def reconcile(self, request):
+        """Reconciles one :class:`Request`: read the primary object (it may
+        be gone) and what else is needed from the cache, write what the
+        cluster should become, and return an :class:`Action` (or ``None``).
+        Raising retries the key with backoff."""
+        raise NotImplementedError
+
+
+def controller(controller_class):
+    """The component's world for a :class:`Controller` subclass: assign it to
+    ``WitWorld`` in the app module, built with ``--world controller``."""
+    _check_world("reconcile", "--world controller")
+    state = {}
+
+    class WitWorld:
+        def init(self, config):
+            return _started(controller_class, state, config)
+
+        def reconcile(self, request):
+            instance = _running(state, "reconcile")
+            try:
+                action = instance.reconcile(Request(request))
+            except Exception as exception:
+                raise _err(exception) from None
+            return _types.Action((action or Action.done()).requeue_after_ms)
+
+    return WitWorld
+
+
+from . import cluster  # noqa: E402 (it builds on the classes above)

@@ -22,13 +22,19 @@
 //! recorder does: repeats within ten minutes are counted in one Event's
 //! `series`, and a plugin's events about one object are rate-limited
 //! ([`EventRecorder`]).
+//!
+//! A cluster made with [`Cluster::offline`] has no API server: in step 4 the
+//! write is answered by an [`Offline`] and sent nowhere, the other steps are
+//! the same.
 
 mod discovery;
 mod events;
+mod offline;
 mod request;
 mod writer;
 
 pub use events::{EventKey, EventRecorder, EventStep, SERIES_WINDOW, SPAM_BURST, SPAM_REFILL};
+pub use offline::Offline;
 pub use request::{DeleteOptions, EventType, ObjectRef, PatchType, Propagation, WriteRequest};
 pub use writer::{Cluster, WriteObserver, WriteRecord, Writer};
 

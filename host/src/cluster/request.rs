@@ -18,8 +18,6 @@ const MAX_GROUP_LEN: usize = 253;
 const MAX_TOKEN_LEN: usize = 128;
 /// How much of a string an error message or an audit line repeats.
 const SHOWN_LEN: usize = 80;
-/// How much of an object or patch a [`super::WriteRecord`] keeps.
-const KEPT_BODY_LEN: usize = 1024;
 
 /// An object to write, or one of its subresources.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -198,7 +196,8 @@ pub(crate) struct Prepared {
     pub(crate) body: Body,
     /// For apply: take over fields other managers own.
     pub(crate) force: bool,
-    /// The object or patch as sent, cut to [`KEPT_BODY_LEN`], for the record.
+    /// The object or patch as the plugin wrote it, for the record (which
+    /// keeps as much of it as its writer keeps).
     pub(crate) text: Option<String>,
 }
 
@@ -263,34 +262,32 @@ impl WriteRequest {
                 if let Some(namespace) = &namespace {
                     check_namespace(namespace)?;
                 }
-                let text = kept(&object);
-                let mut object = parse_object(&object)?;
+                let mut value = parse_object(&object)?;
                 let target = ObjectRef {
                     gvk,
                     namespace,
-                    name: created_name(&object)?,
+                    name: created_name(&value)?,
                     subresource: None,
                 };
-                fill_object(&mut object, &target, false)?;
+                fill_object(&mut value, &target, false)?;
                 Ok(Prepared {
                     verb,
                     target,
-                    body: Body::Object(object),
+                    body: Body::Object(value),
                     force: false,
-                    text,
+                    text: Some(object),
                 })
             }
             Self::Update { target, object } | Self::Apply { target, object, .. } => {
                 target.check()?;
-                let text = kept(&object);
-                let mut object = parse_object(&object)?;
-                fill_object(&mut object, &target, true)?;
+                let mut value = parse_object(&object)?;
+                fill_object(&mut value, &target, true)?;
                 Ok(Prepared {
                     verb,
                     target,
-                    body: Body::Object(object),
+                    body: Body::Object(value),
                     force,
-                    text,
+                    text: Some(object),
                 })
             }
             Self::Patch {
@@ -299,7 +296,6 @@ impl WriteRequest {
                 patch,
             } => {
                 target.check()?;
-                let text = kept(&patch);
                 check_size("patch", &patch)?;
                 let body = match patch_type {
                     PatchType::Merge => match serde_json::from_str::<Value>(&patch) {
@@ -317,7 +313,7 @@ impl WriteRequest {
                     target,
                     body,
                     force: false,
-                    text,
+                    text: Some(patch),
                 })
             }
             Self::Delete { target, options } => {
@@ -519,16 +515,6 @@ pub(crate) fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// The body as the record keeps it.
-fn kept(text: &str) -> Option<String> {
-    let kept = cut(text, KEPT_BODY_LEN);
-    Some(if kept.len() < text.len() {
-        format!("{kept}…")
-    } else {
-        kept.to_owned()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -673,11 +659,7 @@ mod tests {
     }
 
     #[test]
-    fn the_record_keeps_a_bounded_copy_of_the_body() {
-        let long = format!(r#"{{"data":"{}"}}"#, "é".repeat(2000));
-        let prepared = patch(web(), &long).prepare().unwrap();
-        let text = prepared.text.unwrap();
-        assert!(text.len() <= KEPT_BODY_LEN + '…'.len_utf8() && text.ends_with('…'));
+    fn a_target_names_its_resource_as_grants_do() {
         assert_eq!(web().resource(), "apps/v1/Deployment");
         assert_eq!(web().subresource("scale").resource(), "apps/v1/Deployment/scale");
     }

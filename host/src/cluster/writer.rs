@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::WriteError;
 use super::discovery::Discovery;
 use super::events::{self, EventKey, EventRecorder, EventStep, SPAM_BURST, SPAM_REFILL};
+use super::offline::Offline;
 use super::request::{Body, EventType, ObjectRef, Prepared, Propagation, WriteRequest, cut};
 use crate::grant::{Grant, Verb, WriteMode};
 use crate::leader::Leadership;
@@ -22,21 +23,35 @@ use crate::workqueue::TokenBucket;
 
 /// How much of an error message a record and an audit line keep.
 const KEPT_MESSAGE_LEN: usize = 512;
+/// How much of an object or patch a record keeps.
+const KEPT_BODY_LEN: usize = 1024;
 /// The longest field manager the API takes.
 const MAX_FIELD_MANAGER_LEN: usize = 128;
 
 /// The connection writes go through, shared by every plugin's [`Writer`]: the
 /// client, the Tokio runtime that drives it, and the resource types discovery
-/// resolved. Clones share all three.
+/// resolved (or, offline, what answers in the server's place). Clones share
+/// all of it.
 #[derive(Clone)]
 pub struct Cluster {
-    client: kube::Client,
-    runtime: tokio::runtime::Handle,
-    discovery: Arc<Discovery>,
+    connection: Connection,
     /// The `reportingInstance` of events: the host's name.
     instance: Arc<str>,
     /// Writes are sent only while this says the replica leads.
     leadership: Leadership,
+}
+
+/// Where writes go.
+#[derive(Clone)]
+enum Connection {
+    /// The API server, through kube-rs.
+    Api {
+        client: kube::Client,
+        runtime: tokio::runtime::Handle,
+        discovery: Arc<Discovery>,
+    },
+    /// Nowhere: answered on the calling thread, never sent.
+    Offline(Arc<Offline>),
 }
 
 impl std::fmt::Debug for Cluster {
@@ -61,14 +76,28 @@ impl Cluster {
     /// Writes through `client`, driven by `runtime`.
     #[must_use]
     pub fn with_runtime(client: kube::Client, runtime: tokio::runtime::Handle) -> Self {
+        Self::over(Connection::Api {
+            client,
+            runtime,
+            discovery: Arc::default(),
+        })
+    }
+
+    /// A cluster with no API server: every write its writers admit is
+    /// answered by `offline` and never sent, and nothing waits (no runtime,
+    /// no timeout, no leader). Their records keep whole bodies.
+    #[must_use]
+    pub fn offline(offline: Offline) -> Self {
+        Self::over(Connection::Offline(Arc::new(offline)))
+    }
+
+    fn over(connection: Connection) -> Self {
         let instance = std::env::var("HOSTNAME")
             .ok()
             .filter(|name| !name.is_empty() && name.len() <= 128 && name.chars().all(|c| c.is_ascii_graphic()))
             .unwrap_or_else(|| "kinformer".to_owned());
         Self {
-            client,
-            runtime,
-            discovery: Arc::default(),
+            connection,
             instance: instance.into(),
             leadership: Leadership::always(),
         }
@@ -141,7 +170,8 @@ pub struct WriteRecord {
     pub message: Option<String>,
     /// Sent with `dryRun=All`.
     pub dry_run: bool,
-    /// The object or patch sent (or that would have been), cut at 1 KiB.
+    /// The object or patch sent (or that would have been), cut at 1 KiB
+    /// (whole for an [offline](Cluster::offline) cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
 }
@@ -235,7 +265,7 @@ impl Writer {
             verb: verb.as_str(),
             resource: prepared.target.resource(),
             key: prepared.target.key(),
-            body: prepared.text.clone(),
+            body: self.kept(prepared.text.as_deref()),
         };
         let result = match self.admit(verb, &prepared.target) {
             Ok(()) => self.timed(self.send(&prepared)).await,
@@ -346,7 +376,7 @@ impl Writer {
                         verb: "patch",
                         resource: target.resource(),
                         key: target.key(),
-                        body: prepared.text,
+                        body: self.kept(prepared.text.as_deref()),
                     };
                     return self.audit(audited, result.map(|_| ()));
                 }
@@ -366,7 +396,7 @@ impl Writer {
             verb: Verb::Create,
             target: target.clone(),
             force: false,
-            text: Some(cut(&event.to_string(), 1024).to_owned()),
+            text: Some(event.to_string()),
             body: Body::Object(event),
         };
         let result = self.timed(self.send(&prepared)).await;
@@ -377,7 +407,7 @@ impl Writer {
             verb: "create",
             resource: target.resource(),
             key: target.key(),
-            body: prepared.text,
+            body: self.kept(prepared.text.as_deref()),
         };
         self.audit(audited, result.map(|_| ()))
     }
@@ -408,17 +438,48 @@ impl Writer {
     /// calling thread sleeps until the write is done and is woken once;
     /// polling the request itself (`Handle::block_on`), it would be woken at
     /// each step of the exchange, which shows in the benchmark's row 9.
+    ///
+    /// Offline, nothing waits: the write is done on the calling thread.
     fn wait_for<T: Send + 'static>(
         &self,
         write: impl Future<Output = Result<T, WriteError>> + Send + 'static,
     ) -> Result<T, WriteError> {
+        let runtime = match &self.inner.cluster.connection {
+            Connection::Api { runtime, .. } => runtime,
+            Connection::Offline(_) => {
+                let mut write = std::pin::pin!(write);
+                let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+                return match write.as_mut().poll(&mut context) {
+                    std::task::Poll::Ready(answer) => answer,
+                    std::task::Poll::Pending => Err(WriteError::Unavailable(
+                        "an offline write waited for something: a host bug".into(),
+                    )),
+                };
+            }
+        };
         let (answer, answered) = tokio::sync::oneshot::channel();
-        self.inner.cluster.runtime.spawn(async move {
+        runtime.spawn(async move {
             let _ = answer.send(write.await);
         });
         answered
             .blocking_recv()
             .unwrap_or_else(|_| Err(WriteError::Unavailable("the host is shutting down".into())))
+    }
+
+    /// The body as the write's record keeps it: cut at [`KEPT_BODY_LEN`],
+    /// whole offline.
+    fn kept(&self, text: Option<&str>) -> Option<String> {
+        let text = text?;
+        let limit = match self.inner.cluster.connection {
+            Connection::Api { .. } => KEPT_BODY_LEN,
+            Connection::Offline(_) => usize::MAX,
+        };
+        let kept = cut(text, limit);
+        Some(if kept.len() < text.len() {
+            format!("{kept}…")
+        } else {
+            kept.to_owned()
+        })
     }
 
     fn events(&self) -> std::sync::MutexGuard<'_, EventRecorder> {
@@ -468,6 +529,9 @@ impl Writer {
     /// `send` under the write timeout, abandoned (its request cancelled) if
     /// this replica stops leading meanwhile.
     async fn timed<T>(&self, send: impl Future<Output = Result<T, WriteError>>) -> Result<T, WriteError> {
+        if let Connection::Offline(_) = self.inner.cluster.connection {
+            return send.await;
+        }
         let timeout = self.inner.timeout;
         let mut leadership = self.inner.cluster.leadership.clone();
         tokio::select! {
@@ -487,9 +551,12 @@ impl Writer {
     /// (`None` for a delete).
     async fn send(&self, prepared: &Prepared) -> Result<Option<String>, WriteError> {
         let inner = &self.inner;
-        let client = &inner.cluster.client;
+        let (client, discovery) = match &inner.cluster.connection {
+            Connection::Api { client, discovery, .. } => (client, discovery),
+            Connection::Offline(offline) => return offline.answer(prepared),
+        };
         let target = &prepared.target;
-        let resource = inner.cluster.discovery.resolve(client, target).await?;
+        let resource = discovery.resolve(client, target).await?;
         let request = kube::core::Request::new(<DynamicObject as kube::Resource>::url_path(
             &resource,
             target.namespace.as_deref(),
@@ -739,6 +806,64 @@ mod tests {
         );
         assert_eq!(records[2].body.as_deref(), Some(r#"{"spec":{"replicas":3}}"#));
         assert!(records.iter().all(|record| !record.dry_run && record.verb == "patch"));
+    }
+
+    #[test]
+    fn an_offline_cluster_answers_what_the_grant_admits_on_the_calling_thread_and_keeps_whole_bodies() {
+        let rule = WriteRule::new([Verb::Patch], ["v1/ConfigMap"], Scope::only(["shop"])).unwrap();
+        let (observer, records) = records();
+        let offline = Cluster::offline(Offline::new(crate::caches::Caches::new(), 0));
+        let writer = offline.writer(
+            "p",
+            Grant::default().with_writes([rule]),
+            &Limits::default(),
+            WriteMode::Live,
+            Some(observer),
+        );
+        let settings = |namespace: &str| {
+            ObjectRef::new(
+                GroupVersionKind::gvk("", "v1", "ConfigMap"),
+                Some(namespace),
+                "settings",
+            )
+        };
+        let long = serde_json::json!({"data": {"big": "x".repeat(4000)}}).to_string();
+        let patch = |target: ObjectRef| WriteRequest::Patch {
+            target,
+            patch_type: super::super::PatchType::Merge,
+            patch: long.clone(),
+        };
+        let stored = writer.write_blocking(patch(settings("shop"))).unwrap().unwrap();
+        assert!(stored.contains(&"x".repeat(4000)), "{stored}");
+        let denied = writer.write_blocking(patch(settings("kube-system"))).unwrap_err();
+        assert_eq!(denied.kind(), "denied");
+        let records = records.lock().unwrap();
+        assert_eq!(records[0].outcome, "ok");
+        assert_eq!(records[0].body.as_deref(), Some(long.as_str()));
+        assert_eq!(records[1].outcome, "denied");
+    }
+
+    #[tokio::test]
+    async fn a_record_keeps_the_first_kilobyte_of_the_body() {
+        let (observer, records) = records();
+        let writer = unreachable().writer(
+            "p",
+            Grant::default(),
+            &Limits::default(),
+            WriteMode::Live,
+            Some(observer),
+        );
+        let long = format!(r#"{{"data":"{}"}}"#, "é".repeat(2000));
+        let mut request = scale("shop");
+        if let WriteRequest::Patch { patch, .. } = &mut request {
+            patch.clone_from(&long);
+        }
+        assert_eq!(writer.write(request).await.unwrap_err().kind(), "denied");
+        let body = records.lock().unwrap()[0].body.clone().unwrap();
+        assert!(
+            body.len() <= KEPT_BODY_LEN + '…'.len_utf8() && body.ends_with('…'),
+            "{body}"
+        );
     }
 
     #[tokio::test]

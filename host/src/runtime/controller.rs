@@ -18,8 +18,10 @@ use crate::workqueue::{RateLimiterConfig, WorkQueue, WorkQueueStats};
 /// The primary keys a delta leads to, sorted: the object's own key for the
 /// primary resource; the controller owner's key for an owned resource (old and
 /// new owner for an update); the primary objects found through each mapping's
-/// index, in the object's namespace.
-pub(super) fn keys_for(delta: &Delta, spec: &ControllerSpec, primary: &Indexer) -> BTreeSet<String> {
+/// index (by the names the controller gave its indexes), in the object's
+/// namespace. `primary` is the controller's view of its primary objects.
+#[must_use]
+pub fn keys_for(delta: &Delta, spec: &ControllerSpec, primary: &Indexer) -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
     let states = std::iter::once(&delta.object).chain(delta.old.as_ref());
     if *delta.gvk == spec.primary {

@@ -69,6 +69,7 @@ use crate::informer::SharedInformerFactory;
 use crate::leader::{LeaderElection, LeaderElectionConfig, LeaderStatus};
 use crate::plugin::{EngineOptions, LogSink, PluginEngine};
 
+pub use controller::keys_for;
 pub use directory::plugin_files;
 pub use status::{PluginState, PluginStatus};
 
