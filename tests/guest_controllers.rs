@@ -254,13 +254,14 @@ async fn a_javascript_controller_reconciles_and_writes() {
         annotation("config-0").as_deref() == Some("2")
     })
     .await;
-    let lines = logs.of("keys");
-    assert!(
-        lines
+    // The plugin logs once its write has returned, which may be after the
+    // write is seen.
+    until("the second reconcile logged", Duration::from_secs(20), || {
+        logs.of("keys")
             .iter()
-            .any(|line| line.starts_with("reconciled ns-0/config-0: 2 keys, stored at rv ")),
-        "{lines:#?}"
-    );
+            .any(|line| line.starts_with("reconciled ns-0/config-0: 2 keys, stored at rv "))
+    })
+    .await;
     let status = plugin_status(&runtime, "keys");
     assert!(status.reconciles >= 3, "{status:#?}");
     assert_eq!((status.errors, status.traps), (0, 0), "{status:#?}");
