@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::consumers::{Side, Work};
+use crate::consumers::{Language, Side, Work};
 
 /// kinformer against a kube-rs reflector, side by side.
 #[derive(Debug, Parser)]
@@ -29,7 +29,7 @@ struct Cli {
     /// Repetitions per measurement (medians are reported, with min and max).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// Only these rows (1-11).
+    /// Only these rows (1-12).
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
     /// The large component row 10 compiles (default: the Python example
@@ -58,6 +58,9 @@ enum Child {
     Churn {
         #[arg(long, value_enum)]
         side: Side,
+        /// The language of kinformer's probe plugins.
+        #[arg(long, value_enum, default_value = "rust")]
+        language: Language,
         #[arg(long, value_enum)]
         work: Work,
         #[arg(long)]
@@ -92,13 +95,20 @@ enum Child {
         kubeconfig: PathBuf,
     },
     /// (internal) Loads a component with a plugin engine caching in a
-    /// directory and reports time and resident memory as JSON.
+    /// directory, optionally starts instances of it, and reports time and
+    /// resident memory as JSON.
     #[command(hide = true)]
     Load {
         #[arg(long)]
         component: PathBuf,
         #[arg(long)]
         cache: PathBuf,
+        /// Instances to start, each with `init` and one batch.
+        #[arg(long, default_value_t = 0)]
+        instances: usize,
+        /// The config each instance's `init` gets.
+        #[arg(long, default_value = "")]
+        config: String,
     },
 }
 
@@ -115,13 +125,15 @@ impl Child {
             }
             Self::Churn {
                 side,
+                language,
                 work,
                 plugins,
                 updates,
                 kubeconfig,
             } => {
                 command
-                    .args(["churn", "--side", &arg_name(side), "--work", &arg_name(work)])
+                    .args(["churn", "--side", &arg_name(side), "--language", &arg_name(language)])
+                    .args(["--work", &arg_name(work)])
                     .args(["--plugins", &plugins.to_string(), "--updates", &updates.to_string()])
                     .arg("--kubeconfig")
                     .arg(kubeconfig);
@@ -142,13 +154,19 @@ impl Child {
                     .arg("--kubeconfig")
                     .arg(kubeconfig);
             }
-            Self::Load { component, cache } => {
+            Self::Load {
+                component,
+                cache,
+                instances,
+                config,
+            } => {
                 command
                     .arg("load")
                     .arg("--component")
                     .arg(component)
                     .arg("--cache")
-                    .arg(cache);
+                    .arg(cache)
+                    .args(["--instances", &instances.to_string(), "--config", config]);
             }
         }
         Ok(command)
@@ -170,18 +188,24 @@ fn main() -> anyhow::Result<()> {
         Some(Child::Sync { side, kubeconfig }) => runtime.block_on(child::sync(side, &kubeconfig)),
         Some(Child::Churn {
             side,
+            language,
             work,
             plugins,
             updates,
             kubeconfig,
-        }) => runtime.block_on(child::churn(side, work, plugins, updates, &kubeconfig)),
+        }) => runtime.block_on(child::churn(side, language, work, plugins, updates, &kubeconfig)),
         Some(Child::Control { side, pods, kubeconfig }) => runtime.block_on(child::control(side, pods, &kubeconfig)),
         Some(Child::Fanout {
             plugins,
             pods,
             kubeconfig,
         }) => runtime.block_on(child::fanout(plugins, pods, &kubeconfig)),
-        Some(Child::Load { component, cache }) => child::load(&component, &cache),
+        Some(Child::Load {
+            component,
+            cache,
+            instances,
+            config,
+        }) => child::load(&component, &cache, instances, &config),
         None => {
             let repeat = if cli.quick { 1 } else { cli.repeat.max(1) };
             let sizes = rows::Sizes::new(cli.quick);
@@ -206,6 +230,7 @@ mod tests {
             },
             Child::Churn {
                 side: Side::KubePod,
+                language: Language::JavaScript,
                 work: Work::Sum,
                 plugins: 10,
                 updates: 300,
@@ -224,6 +249,8 @@ mod tests {
             Child::Load {
                 component: "/tmp/c.wasm".into(),
                 cache: "/tmp/cache".into(),
+                instances: 8,
+                config: "noop".into(),
             },
         ] {
             let command = child.command().unwrap();

@@ -22,6 +22,8 @@ pub(super) fn row(table: &mut Table, component: &Path, repeat: usize) -> anyhow:
         let load = Child::Load {
             component: component.to_owned(),
             cache: cache.path().to_owned(),
+            instances: 0,
+            config: String::new(),
         };
         compiled.push(run_to_end::<LoadReport>(&load)?.rss_mib());
         cached.push(run_to_end::<LoadReport>(&load)?.rss_mib());
