@@ -230,6 +230,9 @@ pub(crate) async fn control(side: Side, pods: u64, kubeconfig: &Path) -> anyhow:
 pub(crate) struct LoadReport {
     /// Milliseconds the load took (compiling, or reading the cache).
     pub(crate) load_ms: f64,
+    /// CPU-seconds the load took, on every thread of the process.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub(crate) load_cpu_s: f64,
     /// Resident bytes before the load, with the engine set up.
     pub(crate) rss_before: u64,
     /// Resident bytes 200 ms after the load.
@@ -265,10 +268,11 @@ pub(crate) fn load(component: &Path, cache: &Path, instances: usize, config: &st
         pooled_instances: None,
     })?;
     let rss_before = resident_bytes();
-    let started = std::time::Instant::now();
+    let (started, cpu) = (Instant::now(), cpu_seconds());
     let loaded = engine.load_file(component)?;
     let load_ms = started.elapsed().as_secs_f64() * 1e3;
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let load_cpu_s = cpu_seconds() - cpu;
+    std::thread::sleep(Duration::from_millis(200));
     let rss = resident_bytes();
     let instances = match instances {
         0 => None,
@@ -276,6 +280,7 @@ pub(crate) fn load(component: &Path, cache: &Path, instances: usize, config: &st
     };
     let report = LoadReport {
         load_ms,
+        load_cpu_s,
         rss_before,
         rss,
         instances,

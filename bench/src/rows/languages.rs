@@ -21,6 +21,8 @@ struct Measured {
     handle: Samples,
     /// Compiling into an empty cache, ms.
     compile: Samples,
+    /// The same, CPU-seconds.
+    compile_cpu: Samples,
     /// Loading from the cache, instantiating and running `init`, ms.
     cached: Samples,
     /// Resident MiB each instance adds.
@@ -52,6 +54,7 @@ async fn measure(language: Language, sizes: &Sizes, into: &mut Measured) -> anyh
     let cached: LoadReport = run_to_end(&load(sizes.language_instances))?;
     let instances = cached.instances.context("the load child started no instances")?;
     into.compile.push(compiled.load_ms);
+    into.compile_cpu.push(compiled.load_cpu_s);
     into.cached.push(cached.load_ms + instances.start_ms);
     into.instance.push(instances.rss_each / MIB);
     into.linear.push(instances.linear_memory as f64 / MIB);
@@ -113,7 +116,7 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> any
                 sizes_kb[&Language::Rust]
             ),
             |m| &m.compile,
-            &|m| m.compile.show(Unit::Millis),
+            &|m| format!("{} (CPU {:.1} s)", m.compile.show(Unit::Millis), m.compile_cpu.median()),
         );
         line(
             "load from the compile cache, instantiate, init".into(),
