@@ -5,20 +5,26 @@
 //! report once it has seen every change. A control child prints `ready` once
 //! it has reconciled every pod, then its report once the parent has written a
 //! line to its stdin (the churn is written) and its reconciles have stopped. A
-//! sync child prints only its report.
+//! sync, fan-out or load child prints only its report.
 
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use kinformer::caches::Caches;
+use kinformer::delta::Delta;
+use kinformer::object::CachedObject;
+use kinformer::plugin::PluginOptions;
+use kinformer::runtime::Runtime;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::Child;
-use crate::cluster::client_for;
-use crate::consumers::{Side, Work, consumer, synced_cache};
+use crate::cluster::{client_for, pods_gvk, realistic_pods};
+use crate::consumers::{Consumer, Language, Side, Work, consumer, probes, synced_cache};
 use crate::controllers::PodController;
 use crate::table::Samples;
 
@@ -46,6 +52,43 @@ pub(crate) struct ChurnReport {
     pub(crate) p50_ms: f64,
     #[serde(deserialize_with = "nan_if_null")]
     pub(crate) p99_ms: f64,
+    /// kinformer's plugins' deltas per `handle` call, from ready on; NaN for
+    /// kube-rs.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub(crate) deltas_per_call: f64,
+    /// Microseconds kinformer's plugins spent in `handle` per delta (wall
+    /// clock, pauses for their CPU share left out), from ready on; NaN for
+    /// kube-rs.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub(crate) handle_us: f64,
+}
+
+/// What kinformer's plugins have handled so far (nothing for kube-rs).
+#[derive(Debug, Clone, Copy)]
+struct Handled {
+    deltas: u64,
+    calls: u64,
+    /// Time in `handle`, its pauses for the CPU share left out.
+    busy: Duration,
+}
+
+impl Handled {
+    fn of(consumer: &Consumer) -> Self {
+        let statuses = consumer.runtime().map(Runtime::status).unwrap_or_default();
+        Self {
+            deltas: statuses.iter().map(|status| status.deltas).sum(),
+            calls: statuses.iter().map(|status| status.batches).sum(),
+            busy: statuses
+                .iter()
+                .map(|status| {
+                    status
+                        .handle_duration
+                        .sum
+                        .saturating_sub(Duration::from_millis(status.cpu_paused_ms))
+                })
+                .sum(),
+        }
+    }
 }
 
 /// What a control child reports: its reconciles and CPU time from ready to
@@ -119,17 +162,24 @@ pub(crate) async fn fanout(plugins: usize, pods: u64, kubeconfig: &Path) -> anyh
     Ok(())
 }
 
-/// In a churn child: one side consumes `updates` stamped changes; reports a
-/// [`ChurnReport`].
+/// In a churn child: one side consumes `updates` stamped changes, kinformer's
+/// with probes in `language`; reports a [`ChurnReport`].
 pub(crate) async fn churn(
     side: Side,
+    language: Language,
     work: Work,
     plugins: usize,
     updates: usize,
     kubeconfig: &Path,
 ) -> anyhow::Result<()> {
-    let consumer = consumer(client_for(kubeconfig).await?, side, work, plugins).await?;
+    let client = client_for(kubeconfig).await?;
+    let consumer = match (side, language) {
+        (_, Language::Rust) => consumer(client, side, work, plugins).await?,
+        (Side::Kinformer, guest) => probes(client, guest, work, plugins).await?,
+        (side, guest) => bail!("{side:?} runs no plugins, in {guest:?} or any language"),
+    };
     let cpu = cpu_seconds();
+    let at_ready = Handled::of(&consumer);
     println!("ready");
     std::io::stdout().flush()?;
     consumer.wait_for(updates).await?;
@@ -145,10 +195,14 @@ pub(crate) async fn churn(
                 .copied(),
         );
     }
+    let handled = Handled::of(&consumer);
+    let deltas = (handled.deltas - at_ready.deltas) as f64;
     let report = ChurnReport {
         cpu_s: cpu,
         p50_ms: latencies.percentile(0.5),
         p99_ms: latencies.percentile(0.99),
+        deltas_per_call: deltas / (handled.calls - at_ready.calls) as f64,
+        handle_us: (handled.busy.saturating_sub(at_ready.busy)).as_secs_f64() * 1e6 / deltas,
     };
     println!("{}", serde_json::to_string(&report)?);
     consumer.stop().await;
@@ -181,8 +235,15 @@ pub(crate) async fn control(side: Side, pods: u64, kubeconfig: &Path) -> anyhow:
 pub(crate) struct LoadReport {
     /// Milliseconds the load took (compiling, or reading the cache).
     pub(crate) load_ms: f64,
+    /// CPU-seconds the load took, on every thread of the process.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub(crate) load_cpu_s: f64,
+    /// Resident bytes before the load, with the engine set up.
+    pub(crate) rss_before: u64,
     /// Resident bytes 200 ms after the load.
     pub(crate) rss: u64,
+    /// With instances: what they cost.
+    pub(crate) instances: Option<InstancesReport>,
 }
 
 impl LoadReport {
@@ -191,10 +252,29 @@ impl LoadReport {
     }
 }
 
+/// What a load child reports of the instances it started.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct InstancesReport {
+    /// Milliseconds to instantiate the first instance and run its `init`.
+    pub(crate) start_ms: f64,
+    /// Resident bytes each instance after the first added, once it ran
+    /// `init` and handled one full batch.
+    pub(crate) rss_each: f64,
+    /// Bytes of linear memory the first instance holds then.
+    pub(crate) linear_memory: u64,
+}
+
 /// In a load child: compiles `component` with a plugin engine caching in
 /// `cache` (or loads it from there), in a compile process as `kinformer run`
-/// does unless `in_process`, then reports time and resident memory.
-pub(crate) fn load(component: &Path, cache: &Path, in_process: bool) -> anyhow::Result<()> {
+/// does unless `in_process`, then starts `instances` instances of it (none
+/// for 0) and reports a [`LoadReport`].
+pub(crate) fn load(
+    component: &Path,
+    cache: &Path,
+    in_process: bool,
+    instances: usize,
+    config: &str,
+) -> anyhow::Result<()> {
     let engine = kinformer::plugin::PluginEngine::with_options(&kinformer::plugin::EngineOptions {
         cache_dir: Some(cache.to_owned()),
         compile_process: if in_process {
@@ -204,17 +284,76 @@ pub(crate) fn load(component: &Path, cache: &Path, in_process: bool) -> anyhow::
         },
         ..Default::default()
     })?;
-    let started = std::time::Instant::now();
+    let rss_before = resident_bytes();
+    let (started, cpu) = (Instant::now(), cpu_seconds());
     let loaded = engine.load_file(component)?;
     let load_ms = started.elapsed().as_secs_f64() * 1e3;
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let load_cpu_s = cpu_seconds() - cpu;
+    std::thread::sleep(Duration::from_millis(200));
+    let rss = resident_bytes();
+    let instances = match instances {
+        0 => None,
+        instances => Some(start_instances(&loaded, instances, config)?),
+    };
     let report = LoadReport {
         load_ms,
-        rss: resident_bytes(),
+        load_cpu_s,
+        rss_before,
+        rss,
+        instances,
     };
     println!("{}", serde_json::to_string(&report)?);
     drop(loaded);
     Ok(())
+}
+
+/// Starts `count` instances of `component`, each running `init` with `config`
+/// then handling one full batch (the default `max-batch`) of updates to
+/// realistic pods. Resident memory is read with the first instance running
+/// (so the code it touched is counted once) and again with all of them.
+/// Calls have no CPU share and a long deadline: this measures their cost.
+pub(crate) fn start_instances(
+    component: &kinformer::plugin::PluginComponent,
+    count: usize,
+    config: &str,
+) -> anyhow::Result<InstancesReport> {
+    let limits = kinformer::limits::Limits {
+        cpu_millicores: 1000,
+        call_timeout: Duration::from_secs(60),
+        max_instances: count,
+        ..kinformer::limits::Limits::default()
+    };
+    let gvk = Arc::new(pods_gvk());
+    let transform = kinformer::object::Transform::default();
+    let mut batch = Vec::new();
+    for pod in realistic_pods(limits.max_batch)?.iter().take(limits.max_batch) {
+        let object = Arc::new(CachedObject::from_json(std::str::from_utf8(&pod.json)?)?.transformed(&transform)?);
+        batch.push(Delta::updated(Arc::clone(&gvk), Arc::clone(&object), object));
+    }
+    let start = || {
+        let mut instance = component.instantiate(Caches::new(), PluginOptions::with_limits(limits))?;
+        instance.init(config)?;
+        anyhow::Ok(instance)
+    };
+    let started = Instant::now();
+    let mut first = start()?;
+    let start_ms = started.elapsed().as_secs_f64() * 1e3;
+    first.handle(&batch)?;
+    std::thread::sleep(Duration::from_millis(200));
+    let one = resident_bytes();
+    let mut more = Vec::new();
+    for _ in 1..count {
+        let mut instance = start()?;
+        instance.handle(&batch)?;
+        more.push(instance);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let all = resident_bytes();
+    Ok(InstancesReport {
+        start_ms,
+        rss_each: (all as f64 - one as f64) / more.len().max(1) as f64,
+        linear_memory: first.memory_bytes() as u64,
+    })
 }
 
 /// Runs a child that prints one report (sync, fan-out, load) to the end and
@@ -305,6 +444,8 @@ mod tests {
             cpu_s: 1.5,
             p50_ms: f64::NAN,
             p99_ms: 2.0,
+            deltas_per_call: f64::NAN,
+            handle_us: f64::NAN,
         };
         let read: ChurnReport = serde_json::from_str(&serde_json::to_string(&report).unwrap()).unwrap();
         assert_eq!(read.cpu_s, 1.5);

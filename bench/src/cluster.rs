@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use apiserver_sim::store::{Filter, PatchType, ResourceId, StoredObject};
+use apiserver_sim::store::{Filter, PatchType, ResourceId, Store, StoredObject};
 use apiserver_sim::workload::Workload;
 use apiserver_sim::{ApiServer, SimConfig};
 use kube::api::GroupVersionKind;
@@ -23,22 +23,39 @@ pub(crate) fn pods_gvk() -> GroupVersionKind {
 /// so only the benchmark writes.
 pub(crate) async fn quiet_cluster(pods: usize) -> anyhow::Result<ApiServer> {
     let server = ApiServer::start(SimConfig::default().controllers(false)).await?;
-    let deployments = pods.div_ceil(100).max(1);
-    let per_deployment = pods.div_ceil(deployments);
-    let workload = Workload::default()
-        .size(1, deployments, per_deployment)
-        .realistic_pods(true);
-    tokio::task::block_in_place(|| workload.populate(server.store()).map(drop))
-        .map_err(|error| anyhow::anyhow!("populating the cluster: {error}"))?;
+    tokio::task::block_in_place(|| populate(server.store(), pods))?;
     // The population's event history is not needed: watches start from lists.
     server.store().compact();
     Ok(server)
 }
 
+/// Fills `store` with about `pods` realistic pods in deployments of 100.
+fn populate(store: &Store, pods: usize) -> anyhow::Result<()> {
+    let deployments = pods.div_ceil(100).max(1);
+    let per_deployment = pods.div_ceil(deployments);
+    let workload = Workload::default()
+        .size(1, deployments, per_deployment)
+        .realistic_pods(true);
+    workload
+        .populate(store)
+        .map(drop)
+        .map_err(|error| anyhow::anyhow!("populating the cluster: {error}"))
+}
+
+/// About `pods` realistic pods as a quiet cluster holds them, with no server.
+pub(crate) fn realistic_pods(pods: usize) -> anyhow::Result<Vec<Arc<StoredObject>>> {
+    let store = Store::new(apiserver_sim::resources::built_in(), 1000);
+    populate(&store, pods)?;
+    pods_in(&store)
+}
+
 /// The pods as the server holds them, with the JSON it serves.
 pub(crate) fn served_pods(server: &ApiServer) -> anyhow::Result<Vec<Arc<StoredObject>>> {
-    let (pods, _) = server
-        .store()
+    pods_in(server.store())
+}
+
+fn pods_in(store: &Store) -> anyhow::Result<Vec<Arc<StoredObject>>> {
+    let (pods, _) = store
         .snapshot(&pods_id(), &Filter::default())
         .map_err(|error| anyhow::anyhow!("{error}"))?;
     Ok(pods)

@@ -1,6 +1,8 @@
 //! The consumers of the pods: kinformer's runtime with plugins, and kube-rs reflectors with the handler compiled in.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,6 +50,43 @@ pub(crate) fn manifest(work: Work) -> &'static str {
 
 pub(crate) fn probe() -> &'static [u8] {
     plugin_artifacts::test_plugin("bench-probe.wasm")
+}
+
+/// The language of the probe plugin kinformer's side runs: bench-probe in
+/// Rust, or the no-op plugin of `bench/plugins/` in Python or JavaScript,
+/// which registers what bench-probe does and knows only `noop`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub(crate) enum Language {
+    Rust,
+    Python,
+    #[value(name = "javascript")]
+    JavaScript,
+}
+
+impl Language {
+    /// The probe's component file; a Python or JavaScript one is built by its
+    /// SDK's build script first, unless a build newer than its sources is
+    /// there (the one the tests use, under `target/guest-plugins`).
+    pub(crate) fn probe_file(self) -> anyhow::Result<PathBuf> {
+        use plugin_artifacts::guest;
+        Ok(match self {
+            Self::Rust => PathBuf::from(plugin_artifacts::BENCH_PROBE_PATH),
+            Self::Python => guest::built(guest::Language::Python, guest::World::Plugin, "bench/plugins/noop-py")?,
+            Self::JavaScript => guest::built(
+                guest::Language::JavaScript,
+                guest::World::Plugin,
+                "bench/plugins/noop-js",
+            )?,
+        })
+    }
+
+    /// The probe's component.
+    pub(crate) fn probe(self) -> anyhow::Result<Cow<'static, [u8]>> {
+        Ok(match self {
+            Self::Rust => Cow::Borrowed(probe()),
+            guest => Cow::Owned(std::fs::read(guest.probe_file()?)?),
+        })
+    }
 }
 
 pub(crate) fn hostile() -> &'static [u8] {
@@ -161,15 +200,7 @@ impl Consumer {
 /// `plugins` bench-probe plugins on one informer.
 pub(crate) async fn consumer(client: kube::Client, side: Side, work: Work, plugins: usize) -> anyhow::Result<Consumer> {
     match side {
-        Side::Kinformer => {
-            let names: Vec<String> = (0..plugins.max(1)).map(|i| format!("probe-{i}")).collect();
-            let files: Vec<(&str, &[u8], &str)> = names
-                .iter()
-                .map(|name| (name.as_str(), probe(), manifest(work)))
-                .collect();
-            let measured: Vec<&str> = names.iter().map(String::as_str).collect();
-            kinformer_consumer(client, &files, &measured).await
-        }
+        Side::Kinformer => probes(client, Language::Rust, work, plugins).await,
         Side::KubePod => {
             let totals = Arc::new(Mutex::new(BTreeMap::new()));
             kube_consumer(
@@ -206,6 +237,24 @@ pub(crate) async fn consumer(client: kube::Client, side: Side, work: Work, plugi
     }
 }
 
+/// kinformer's side with `plugins` probes in `language` on one informer,
+/// each counted.
+pub(crate) async fn probes(
+    client: kube::Client,
+    language: Language,
+    work: Work,
+    plugins: usize,
+) -> anyhow::Result<Consumer> {
+    let component = language.probe()?;
+    let names: Vec<String> = (0..plugins.max(1)).map(|i| format!("probe-{i}")).collect();
+    let files: Vec<(&str, &[u8], &str)> = names
+        .iter()
+        .map(|name| (name.as_str(), &*component, manifest(work)))
+        .collect();
+    let measured: Vec<&str> = names.iter().map(String::as_str).collect();
+    kinformer_consumer(client, &files, &measured).await
+}
+
 /// kinformer's side: `plugins` (name, component, manifest) in a runtime; the
 /// arrivals of the `measured` ones are counted just before `handle`.
 pub(crate) async fn kinformer_consumer(
@@ -236,7 +285,7 @@ pub(crate) async fn kinformer_consumer(
     });
     // Compiled once, then loaded from the cache: the runs measure deltas, not compiles.
     let mut config = RuntimeConfig::new(dir.path()).watch(false).observer(observer);
-    config.engine.cache_dir = Some(std::env::temp_dir().join("kinformer-bench-cache"));
+    config.engine.cache_dir = Some(compile_cache());
     let runtime = Runtime::start(client, config).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !runtime.all_running() {
@@ -250,6 +299,12 @@ pub(crate) async fn kinformer_consumer(
         runtime: Some(runtime),
         _keep: vec![Box::new(dir)],
     })
+}
+
+/// The compile cache of kinformer's consumers: each component is compiled
+/// once per machine.
+pub(crate) fn compile_cache() -> PathBuf {
+    std::env::temp_dir().join("kinformer-bench-cache")
 }
 
 /// kube-rs's side: a watcher + reflector calling `handler` with each applied

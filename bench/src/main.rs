@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::consumers::{Side, Work};
+use crate::consumers::{Language, Side, Work};
 
 /// Every allocation is counted, so the memory rows can report the live heap
 /// beside the resident size (which also holds what the allocator keeps free).
@@ -35,7 +35,7 @@ struct Cli {
     /// Repetitions per measurement (medians are reported, with min and max).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// Only these rows (1-11).
+    /// Only these rows (1-12).
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
     /// The large component row 10 compiles (default: the Python example
@@ -64,6 +64,9 @@ enum Child {
     Churn {
         #[arg(long, value_enum)]
         side: Side,
+        /// The language of kinformer's probe plugins.
+        #[arg(long, value_enum, default_value = "rust")]
+        language: Language,
         #[arg(long, value_enum)]
         work: Work,
         #[arg(long)]
@@ -98,7 +101,8 @@ enum Child {
         kubeconfig: PathBuf,
     },
     /// (internal) Loads a component with a plugin engine caching in a
-    /// directory and reports time and resident memory as JSON.
+    /// directory, optionally starts instances of it, and reports time and
+    /// resident memory as JSON.
     #[command(hide = true)]
     Load {
         #[arg(long)]
@@ -108,6 +112,12 @@ enum Child {
         /// Compile in this process rather than in a compile process.
         #[arg(long)]
         in_process: bool,
+        /// Instances to start, each with `init` and one batch.
+        #[arg(long, default_value_t = 0)]
+        instances: usize,
+        /// The config each instance's `init` gets.
+        #[arg(long, default_value = "")]
+        config: String,
     },
 }
 
@@ -124,13 +134,15 @@ impl Child {
             }
             Self::Churn {
                 side,
+                language,
                 work,
                 plugins,
                 updates,
                 kubeconfig,
             } => {
                 command
-                    .args(["churn", "--side", &arg_name(side), "--work", &arg_name(work)])
+                    .args(["churn", "--side", &arg_name(side), "--language", &arg_name(language)])
+                    .args(["--work", &arg_name(work)])
                     .args(["--plugins", &plugins.to_string(), "--updates", &updates.to_string()])
                     .arg("--kubeconfig")
                     .arg(kubeconfig);
@@ -155,13 +167,16 @@ impl Child {
                 component,
                 cache,
                 in_process,
+                instances,
+                config,
             } => {
                 command
                     .arg("load")
                     .arg("--component")
                     .arg(component)
                     .arg("--cache")
-                    .arg(cache);
+                    .arg(cache)
+                    .args(["--instances", &instances.to_string(), "--config", config]);
                 if *in_process {
                     command.arg("--in-process");
                 }
@@ -190,11 +205,12 @@ fn main() -> anyhow::Result<ExitCode> {
         Some(Child::Sync { side, kubeconfig }) => runtime.block_on(child::sync(side, &kubeconfig)),
         Some(Child::Churn {
             side,
+            language,
             work,
             plugins,
             updates,
             kubeconfig,
-        }) => runtime.block_on(child::churn(side, work, plugins, updates, &kubeconfig)),
+        }) => runtime.block_on(child::churn(side, language, work, plugins, updates, &kubeconfig)),
         Some(Child::Control { side, pods, kubeconfig }) => runtime.block_on(child::control(side, pods, &kubeconfig)),
         Some(Child::Fanout {
             plugins,
@@ -205,7 +221,9 @@ fn main() -> anyhow::Result<ExitCode> {
             component,
             cache,
             in_process,
-        }) => child::load(&component, &cache, in_process),
+            instances,
+            config,
+        }) => child::load(&component, &cache, in_process, instances, &config),
         None => {
             let repeat = if cli.quick { 1 } else { cli.repeat.max(1) };
             let sizes = rows::Sizes::new(cli.quick);
@@ -231,6 +249,7 @@ mod tests {
             },
             Child::Churn {
                 side: Side::KubePod,
+                language: Language::JavaScript,
                 work: Work::Sum,
                 plugins: 10,
                 updates: 300,
@@ -250,6 +269,8 @@ mod tests {
                 component: "/tmp/c.wasm".into(),
                 cache: "/tmp/cache".into(),
                 in_process: true,
+                instances: 8,
+                config: "noop".into(),
             },
         ] {
             let command = child.command().unwrap();

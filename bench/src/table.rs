@@ -67,6 +67,8 @@ pub(crate) enum Unit {
     Millis,
     Micros,
     Mib,
+    /// MiB with one decimal.
+    MibTenths,
     PerSecond,
     /// A plain number, two decimals.
     Plain,
@@ -78,6 +80,7 @@ impl Unit {
             Self::Millis => format!("{value:.0} ms"),
             Self::Micros => format!("{value:.2} µs"),
             Self::Mib => format!("{value:.0} MiB"),
+            Self::MibTenths => format!("{value:.1} MiB"),
             Self::PerSecond => format!("{value:.0}/s"),
             Self::Plain => format!("{value:.2}"),
         }

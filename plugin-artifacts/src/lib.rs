@@ -3,7 +3,9 @@
 //!
 //! The build script compiles every crate under both; this crate exposes each
 //! component's bytes and path, for the demo ([`ALL`]: the examples only) and the
-//! tests.
+//! tests. Plugins in Python and JavaScript are built when asked for ([`guest`]).
+
+pub mod guest;
 
 include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
 

@@ -5,26 +5,38 @@ use std::collections::BTreeMap;
 use crate::Child;
 use crate::child::{ChurnReport, ReadyChild};
 use crate::cluster::{KubeconfigFile, quiet_cluster, write_paced};
-use crate::consumers::{Side, Work};
+use crate::consumers::{Language, Side, Work};
 use crate::rows::Sizes;
 use crate::table::{Samples, Table, Unit};
 
 /// One run of the churn stream, as the parent sees it.
 #[derive(Debug, Clone, Copy)]
-struct Churned {
+pub(super) struct Churned {
     /// Deltas delivered (to every plugin) per CPU-second of the consumer.
-    rate: f64,
+    pub(super) rate: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// kinformer's plugins' deltas per `handle` call.
+    pub(super) deltas_per_call: f64,
+    /// Microseconds kinformer's plugins spent in `handle` per delta.
+    pub(super) handle_us: f64,
 }
 
 /// Runs one side in a child process against a quiet cluster while this
-/// process writes the churn at its steady rate.
-async fn run(side: Side, work: Work, plugins: usize, sizes: &Sizes) -> anyhow::Result<Churned> {
+/// process writes the churn at its steady rate; kinformer's side runs probes
+/// in `language`.
+pub(super) async fn run(
+    side: Side,
+    language: Language,
+    work: Work,
+    plugins: usize,
+    sizes: &Sizes,
+) -> anyhow::Result<Churned> {
     let server = quiet_cluster(sizes.churn_pods).await?;
     let kubeconfig = KubeconfigFile::new(&server)?;
     let child = ReadyChild::start(&Child::Churn {
         side,
+        language,
         work,
         plugins,
         updates: sizes.churn_updates,
@@ -38,6 +50,8 @@ async fn run(side: Side, work: Work, plugins: usize, sizes: &Sizes) -> anyhow::R
         rate: delivered / report.cpu_s,
         p50_ms: report.p50_ms,
         p99_ms: report.p99_ms,
+        deltas_per_call: report.deltas_per_call,
+        handle_us: report.handle_us,
     })
 }
 
@@ -60,7 +74,7 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> any
             results
                 .entry(key)
                 .or_default()
-                .push(run(side, Work::Noop, plugins, sizes).await?);
+                .push(run(side, Language::Rust, Work::Noop, plugins, sizes).await?);
         }
     }
     let samples = |key: &str, of: fn(&Churned) -> f64| results[key].iter().map(of).collect::<Samples>();
@@ -111,8 +125,8 @@ pub(super) async fn work_row(table: &mut Table, sizes: &Sizes, repeat: usize) ->
     eprintln!("row 4: summing requests over {} changes", sizes.churn_updates);
     let (mut ours, mut theirs) = (Samples::default(), Samples::default());
     for _ in 0..repeat {
-        ours.push(run(Side::Kinformer, Work::Sum, 1, sizes).await?.rate);
-        theirs.push(run(Side::KubePod, Work::Sum, 1, sizes).await?.rate);
+        ours.push(run(Side::Kinformer, Language::Rust, Work::Sum, 1, sizes).await?.rate);
+        theirs.push(run(Side::KubePod, Language::Rust, Work::Sum, 1, sizes).await?.rate);
     }
     table.add(
         "4. parse each pod, sum CPU requests per namespace: deltas per CPU-second (vs native on Pod reflector)",

@@ -21,27 +21,22 @@ pub(super) fn row(table: &mut Table, component: &Path, repeat: usize) -> anyhow:
     let (mut compiled, mut cached, mut in_process) = (Samples::default(), Samples::default(), Samples::default());
     let (mut compile_ms, mut cached_ms) = (Samples::default(), Samples::default());
     for _ in 0..repeat {
-        let cache = tempfile::tempdir()?;
-        let load = |in_process| Child::Load {
+        let load = |cache: &Path, in_process| Child::Load {
             component: component.to_owned(),
-            cache: cache.path().to_owned(),
+            cache: cache.to_owned(),
             in_process,
+            instances: 0,
+            config: String::new(),
         };
-        let report = run_to_end::<LoadReport>(&load(false))?;
+        let cache = tempfile::tempdir()?;
+        let report = run_to_end::<LoadReport>(&load(cache.path(), false))?;
         compiled.push(report.rss_mib());
         compile_ms.push(report.load_ms);
-        let report = run_to_end::<LoadReport>(&load(false))?;
+        let report = run_to_end::<LoadReport>(&load(cache.path(), false))?;
         cached.push(report.rss_mib());
         cached_ms.push(report.load_ms);
         let fresh = tempfile::tempdir()?;
-        in_process.push(
-            run_to_end::<LoadReport>(&Child::Load {
-                component: component.to_owned(),
-                cache: fresh.path().to_owned(),
-                in_process: true,
-            })?
-            .rss_mib(),
-        );
+        in_process.push(run_to_end::<LoadReport>(&load(fresh.path(), true))?.rss_mib());
     }
     let megabytes = size / 1_000_000;
     table.add(

@@ -4,6 +4,7 @@ mod churn;
 mod compile;
 mod controller;
 mod isolation;
+mod languages;
 mod query;
 mod reload;
 mod sync;
@@ -23,6 +24,8 @@ pub(crate) struct Sizes {
     reloads: usize,
     write_patches: usize,
     fanout_pods: usize,
+    /// Instances of each language's no-op plugin whose memory row 12 divides.
+    language_instances: usize,
 }
 
 impl Sizes {
@@ -39,6 +42,7 @@ impl Sizes {
                 reloads: 2,
                 write_patches: 50,
                 fanout_pods: 200,
+                language_instances: 2,
             }
         } else {
             Self {
@@ -51,6 +55,7 @@ impl Sizes {
                 reloads: 5,
                 write_patches: 5000,
                 fanout_pods: 150_000,
+                language_instances: 8,
             }
         }
     }
@@ -108,6 +113,9 @@ pub(crate) async fn run(
             None => eprintln!("row 10: skipped: no large component (--component FILE)"),
         }
     }
+    if wanted(12) {
+        languages::rows(&mut table, sizes, repeat).await?;
+    }
     Ok(table)
 }
 
@@ -136,6 +144,7 @@ mod tests {
             reloads: 1,
             write_patches: 20,
             fanout_pods: 0,
+            language_instances: 0,
         };
         // Each side consumes the same stream in this process (the benchmark
         // runs them in child processes, which a test binary cannot be).
