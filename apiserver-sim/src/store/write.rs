@@ -194,10 +194,24 @@ impl Transaction<'_> {
         check_type(&def, &body)?;
         apply_defaults(&def, &mut body);
         let metadata = metadata_mut(&mut body, &def)?;
+        let namespace = resolve_namespace(&self.state, &def, namespace, metadata)?;
         let name = match metadata.get("name").and_then(Value::as_str) {
             Some(name) if !name.is_empty() => name.to_owned(),
             _ => match metadata.get("generateName").and_then(Value::as_str) {
-                Some(prefix) if !prefix.is_empty() => format!("{prefix}{}", random_suffix()),
+                // As API servers since Kubernetes 1.32 do (RetryGenerateName),
+                // a generated name that is taken is drawn again, a few times.
+                Some(prefix) if !prefix.is_empty() => {
+                    let objects = &collection(&self.state, id)?.objects;
+                    let taken = |name: &str| objects.contains_key(&object_key(namespace.as_deref(), name));
+                    let mut name = format!("{prefix}{}", random_suffix());
+                    for _ in 0..7 {
+                        if !taken(&name) {
+                            break;
+                        }
+                        name = format!("{prefix}{}", random_suffix());
+                    }
+                    name
+                }
                 _ => {
                     return Err(ApiError::invalid(
                         &def.group,
@@ -209,7 +223,6 @@ impl Transaction<'_> {
             },
         };
         check_name(&def, &name)?;
-        let namespace = resolve_namespace(&self.state, &def, namespace, metadata)?;
         let key = object_key(namespace.as_deref(), &name);
         if collection(&self.state, id)?.objects.contains_key(&key) {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
