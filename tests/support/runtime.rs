@@ -211,16 +211,23 @@ pub fn assert_record_matches_server(record: &[Logged], server: &BTreeMap<String,
 
 /// Waits until a plugin's record holds the server's latest change of `resource`.
 pub async fn caught_up(server: &ApiServer, resource: &ResourceId, mut record: impl FnMut() -> Vec<Logged>) {
-    let last = server_changes(server, resource)
-        .values()
-        .flatten()
-        .map(|(_, rv)| *rv)
-        .max()
-        .unwrap();
+    // The emulation's controllers may still change objects after the
+    // workload stops: the last change is read again at each look.
+    let last = || {
+        server_changes(server, resource)
+            .values()
+            .flatten()
+            .map(|(_, rv)| *rv)
+            .max()
+            .unwrap()
+    };
     until(
-        &format!("the plugin to reach rv {last}"),
+        "the plugin to reach the server's last change",
         Duration::from_secs(20),
-        || record().iter().any(|logged| logged.rv == last),
+        || {
+            let last = last();
+            record().iter().any(|logged| logged.rv == last)
+        },
     )
     .await;
 }
