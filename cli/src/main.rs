@@ -230,10 +230,9 @@ impl EngineArgs {
     /// compiled by this program in a child process (see `main`), which takes
     /// the compiler's memory with it when it exits.
     fn options(&self) -> kinformer::plugin::EngineOptions {
-        let cache_dir = self.cache_dir();
         kinformer::plugin::EngineOptions {
-            compile_process: cache_dir.as_ref().and_then(|_| std::env::current_exe().ok()),
-            cache_dir,
+            compile_process: std::env::current_exe().ok(),
+            cache_dir: self.cache_dir(),
             ..Default::default()
         }
     }

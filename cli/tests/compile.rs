@@ -84,3 +84,18 @@ fn a_compile_process_over_its_time_stops_on_its_own() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(124));
 }
+
+#[test]
+fn without_a_compile_cache_components_compile_in_the_hosts_process() {
+    use kinformer::plugin::{EngineOptions, PluginEngine};
+    // A program that does not exist: a child would fail to start.
+    let engine = PluginEngine::with_options(&EngineOptions {
+        compile_process: Some("/nonexistent/kinformer".into()),
+        cache_dir: None,
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    engine
+        .load_bytes("delta-logger", plugin_artifacts::DELTA_LOGGER)
+        .unwrap();
+}

@@ -198,14 +198,14 @@ impl<'de> Visitor<'de> for MetadataSeed<'_, '_> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             fields.field(&key);
             match key.as_str() {
-                "name" => parse.found.name = map.next_value_seed(Text(parse))?,
-                "namespace" => parse.found.namespace = map.next_value_seed(Text(parse))?,
-                "uid" => parse.found.uid = map.next_value_seed(Text(parse))?,
-                "resourceVersion" => parse.found.resource_version = map.next_value_seed(Text(parse))?,
-                "deletionTimestamp" => parse.found.deletion_timestamp = map.next_value_seed(Text(parse))?,
+                "name" => parse.found.name = map.next_value_seed(OrNull(Text(parse)))?,
+                "namespace" => parse.found.namespace = map.next_value_seed(OrNull(Text(parse)))?,
+                "uid" => parse.found.uid = map.next_value_seed(OrNull(Text(parse)))?,
+                "resourceVersion" => parse.found.resource_version = map.next_value_seed(OrNull(Text(parse)))?,
+                "deletionTimestamp" => parse.found.deletion_timestamp = map.next_value_seed(OrNull(Text(parse)))?,
                 "generation" => parse.found.generation = map.next_value()?,
-                "labels" => map.next_value_seed(LabelsSeed(parse))?,
-                "ownerReferences" => map.next_value_seed(OwnersSeed(parse))?,
+                "labels" => map.next_value_seed(OrNull(LabelsSeed(parse))).map(drop)?,
+                "ownerReferences" => map.next_value_seed(OrNull(OwnersSeed(parse))).map(drop)?,
                 "managedFields" => {
                     let raw: &RawValue = map.next_value()?;
                     managed_fields = Some((fields.starts.len() - 1, fields.end(raw)));
@@ -244,54 +244,73 @@ impl<'de> Visitor<'de> for MetadataSeed<'_, '_> {
     }
 }
 
-/// A string (or `null`), as a span.
-struct Text<'p, 'j>(&'p mut Parse<'j>);
+/// What `S` reads, or `None` for `null`.
+struct OrNull<S>(S);
 
-impl<'de> DeserializeSeed<'de> for Text<'_, '_> {
-    type Value = Option<Span>;
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for OrNull<S> {
+    type Value = Option<S::Value>;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<Span>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_option(self)
     }
 }
 
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for OrNull<S> {
+    type Value = Option<S::Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a value or null")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        self.0.deserialize(deserializer).map(Some)
+    }
+}
+
+/// A string, as a span.
+struct Text<'p, 'j>(&'p mut Parse<'j>);
+
+impl<'de> DeserializeSeed<'de> for Text<'_, '_> {
+    type Value = Span;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Span, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
 impl<'de> Visitor<'de> for Text<'_, '_> {
-    type Value = Option<Span>;
+    type Value = Span;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a string")
     }
 
-    fn visit_none<E: de::Error>(self) -> Result<Option<Span>, E> {
-        Ok(None)
+    fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Span, E> {
+        Ok(self.0.span(text))
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Option<Span>, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<Span>, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Option<Span>, E> {
-        Ok(Some(self.0.span(text)))
-    }
-
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<Option<Span>, E> {
-        Ok(Some(self.0.span(text)))
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Span, E> {
+        Ok(self.0.span(text))
     }
 }
 
-/// `metadata.labels` (or `null`), into the parse's label spans, sorted by key
-/// with the last of a repeated key kept.
+/// `metadata.labels`, into the parse's label spans, sorted by key with the
+/// last of a repeated key kept.
 struct LabelsSeed<'p, 'j>(&'p mut Parse<'j>);
 
 impl<'de> DeserializeSeed<'de> for LabelsSeed<'_, '_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_option(self)
+        deserializer.deserialize_map(self)
     }
 }
 
@@ -302,24 +321,11 @@ impl<'de> Visitor<'de> for LabelsSeed<'_, '_> {
         f.write_str("labels")
     }
 
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let parse = self.0;
         let mut labels = Vec::with_capacity(map.size_hint().unwrap_or(4));
         while let Some(key) = map.next_key_seed(Text(&mut *parse))? {
-            let value = map.next_value_seed(Text(&mut *parse))?;
-            if let (Some(key), Some(value)) = (key, value) {
+            if let Some(value) = map.next_value_seed(OrNull(Text(&mut *parse)))? {
                 labels.push((key, value));
             }
         }
@@ -333,14 +339,14 @@ impl<'de> Visitor<'de> for LabelsSeed<'_, '_> {
     }
 }
 
-/// `metadata.ownerReferences` (or `null`), into the parse's owners.
+/// `metadata.ownerReferences`, into the parse's owners.
 struct OwnersSeed<'p, 'j>(&'p mut Parse<'j>);
 
 impl<'de> DeserializeSeed<'de> for OwnersSeed<'_, '_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_option(self)
+        deserializer.deserialize_seq(self)
     }
 }
 
@@ -349,18 +355,6 @@ impl<'de> Visitor<'de> for OwnersSeed<'_, '_> {
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("owner references")
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_seq(self)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
@@ -410,7 +404,7 @@ impl<'de> Visitor<'de> for OwnerSeed<'_, '_> {
                     continue;
                 }
             };
-            *field = map.next_value_seed(Text(&mut *parse))?.unwrap_or_default();
+            *field = map.next_value_seed(OrNull(Text(&mut *parse)))?.unwrap_or_default();
         }
         Ok(owner)
     }

@@ -73,17 +73,21 @@ pub fn run_compile_process() -> Option<ExitCode> {
     })
 }
 
-/// Compiles `bytes` into `options`' cache in a child process running
-/// `program`, allowing it `limit`.
+/// Compiles `bytes` into the cache in `cache_dir`, for an engine pooling
+/// `pooled_instances`, in a child process running `program`, allowing it
+/// `limit`.
 ///
 /// # Errors
 ///
 /// The child's own error when the component does not compile, or why the
 /// child could not run or finish.
-pub(super) fn in_child(program: &Path, options: &EngineOptions, bytes: &[u8], limit: Duration) -> wasmtime::Result<()> {
-    let Some(cache_dir) = &options.cache_dir else {
-        wasmtime::bail!("compiling in a separate process needs a compile cache");
-    };
+pub(super) fn in_child(
+    program: &Path,
+    cache_dir: &Path,
+    pooled_instances: Option<u32>,
+    bytes: &[u8],
+    limit: Duration,
+) -> wasmtime::Result<()> {
     let mut command = std::process::Command::new(program);
     command
         .env(CACHE_VAR, cache_dir)
@@ -92,7 +96,7 @@ pub(super) fn in_child(program: &Path, options: &EngineOptions, bytes: &[u8], li
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    if let Some(pool) = options.pooled_instances {
+    if let Some(pool) = pooled_instances {
         command.env(POOL_VAR, pool.to_string());
     }
     let mut child = command

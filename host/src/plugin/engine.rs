@@ -237,14 +237,20 @@ impl PluginEngine {
             .as_deref()
             .map(|dir| super::compile::marker(dir, &digest, &self.engine));
         let compiled_before = marker.as_deref().is_some_and(Path::exists);
-        if let (Some(program), false) = (&self.options.compile_process, compiled_before) {
+        // A compile process needs the cache to hand its work over.
+        let child = match (&self.options.compile_process, &self.options.cache_dir) {
+            (Some(program), Some(cache_dir)) if !compiled_before => Some((program, cache_dir)),
+            _ => None,
+        };
+        if let Some((program, cache_dir)) = child {
             tracing::info!(
                 plugin = name,
                 bytes = bytes.len(),
                 digest = &digest[..12],
                 "compiling plugin in a separate process"
             );
-            super::compile::in_child(program, &self.options, bytes, limit).map_err(compile_error)?;
+            super::compile::in_child(program, cache_dir, self.options.pooled_instances, bytes, limit)
+                .map_err(compile_error)?;
         } else if !compiled_before {
             tracing::info!(
                 plugin = name,
@@ -254,7 +260,7 @@ impl PluginEngine {
             );
         }
         let component = Component::new(&self.engine, bytes).map_err(compile_error);
-        if !compiled_before && self.options.compile_process.is_none() {
+        if !compiled_before && child.is_none() {
             super::memory::release_free_memory();
         }
         let component = component?;
