@@ -14,6 +14,7 @@
 //! objects outside the scope, index values included. Plugins granted some
 //! namespaces read through such handles.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -71,12 +72,37 @@ impl Index {
 
     fn insert(&mut self, key: &Arc<str>, object: &CachedObject) {
         let values = self.func.values(object);
+        self.insert_values(key, values);
+    }
+
+    fn insert_values(&mut self, key: &Arc<str>, values: Vec<String>) {
         for value in &values {
             self.values.entry(value.clone()).or_default().insert(key.clone());
         }
         if matches!(self.func, IndexFunc::Field(_)) && !values.is_empty() {
             self.held.insert(key.clone(), values);
         }
+    }
+
+    /// Moves `key` from what `old` holds to what `new` does; most changes to
+    /// an object leave its index values as they were, and then this is a
+    /// comparison only.
+    fn update(&mut self, key: &Arc<str>, old: &CachedObject, new: &CachedObject) {
+        let values = match &self.func {
+            // The namespace is part of the key.
+            IndexFunc::Namespace => return,
+            IndexFunc::Owner if old.owner_uids().eq(new.owner_uids()) => return,
+            IndexFunc::Owner => self.func.values(new),
+            IndexFunc::Field(path) => {
+                let values = path.values_in(new.json());
+                if self.held.get(key).map_or(values.is_empty(), |held| *held == values) {
+                    return;
+                }
+                values
+            }
+        };
+        self.remove(key, old);
+        self.insert_values(key, values);
     }
 
     fn remove(&mut self, key: &Arc<str>, object: &CachedObject) {
@@ -110,6 +136,28 @@ impl Inner {
         for index in self.indexes.values_mut() {
             index.insert(key, object);
         }
+        self.insert_labels(key, object);
+    }
+
+    fn remove_from_indexes(&mut self, key: &Arc<str>, object: &CachedObject) {
+        for index in self.indexes.values_mut() {
+            index.remove(key, object);
+        }
+        self.remove_labels(key, object);
+    }
+
+    /// Moves `key` in the indexes from what `old` holds to what `new` does.
+    fn reindex(&mut self, key: &Arc<str>, old: &CachedObject, new: &CachedObject) {
+        for index in self.indexes.values_mut() {
+            index.update(key, old, new);
+        }
+        if !old.labels().iter().eq(new.labels().iter()) {
+            self.remove_labels(key, old);
+            self.insert_labels(key, new);
+        }
+    }
+
+    fn insert_labels(&mut self, key: &Arc<str>, object: &CachedObject) {
         for (label, value) in object.labels().iter() {
             if !self.labels.contains_key(label) {
                 self.labels.insert(label.to_owned(), BTreeMap::new());
@@ -128,10 +176,7 @@ impl Inner {
         }
     }
 
-    fn remove_from_indexes(&mut self, key: &Arc<str>, object: &CachedObject) {
-        for index in self.indexes.values_mut() {
-            index.remove(key, object);
-        }
+    fn remove_labels(&mut self, key: &Arc<str>, object: &CachedObject) {
         for (label, value) in object.labels().iter() {
             if let Some(values) = self.labels.get_mut(label) {
                 remove_key(values, value, key);
@@ -483,15 +528,16 @@ impl IndexerWriter {
     /// Inserts or replaces the object under its key; returns the previous one.
     pub fn apply(&self, object: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
         let mut inner = self.write();
-        let key = Arc::clone(object.shared_key());
-        // The map keeps the key it has on an insert: removing first lets it
-        // hold the new object's key, so the old one's goes with the old object.
-        let previous = inner.objects.remove(&key);
-        inner.objects.insert(key.clone(), Arc::clone(&object));
-        if let Some(previous) = &previous {
-            inner.remove_from_indexes(&key, previous);
+        // The map and the indexes keep the key they hold for an object that
+        // was cached already.
+        let (key, previous) = match inner.objects.entry(Arc::clone(object.shared_key())) {
+            Entry::Occupied(mut slot) => (Arc::clone(slot.key()), Some(slot.insert(Arc::clone(&object)))),
+            Entry::Vacant(slot) => (Arc::clone(slot.insert_entry(Arc::clone(&object)).key()), None),
+        };
+        match &previous {
+            Some(previous) => inner.reindex(&key, previous, &object),
+            None => inner.insert_into_indexes(&key, &object),
         }
-        inner.insert_into_indexes(&key, &object);
         previous
     }
 
@@ -702,6 +748,14 @@ mod tests {
         assert_eq!(reader.index_values("image", 10).unwrap(), ["a", "b"]);
         writer.apply(pod("a", "web-1", json!({}), "n2"));
         assert_eq!(reader.index_values("node", 10).unwrap(), ["n1", "n2"]);
+        // An update that moves a field value, and one that moves none.
+        writer.apply(pod("a", "web-0", json!({}), "n2"));
+        writer.apply(pod("a", "web-1", json!({}), "n2"));
+        assert_eq!(reader.index_values("node", 10).unwrap(), ["n2"]);
+        assert_eq!(
+            keys(&reader.by_index("node", "n2", 10).unwrap()),
+            ["a/web-0", "a/web-1"]
+        );
         assert_eq!(writer.add_index("node", "spec.nodeName"), Ok(()));
         assert_eq!(
             writer.add_index("node", "spec.other"),

@@ -181,11 +181,11 @@ impl DeltaMaker {
     }
 
     fn prepare(&self, object: CachedObject) -> Option<Arc<CachedObject>> {
-        let key = object.key().to_owned();
+        let key = Arc::clone(object.shared_key());
         match object.transformed(&self.transform) {
             Ok(object) => Some(Arc::new(object)),
             Err(error) => {
-                tracing::warn!(key, %error, "object dropped: the transform failed");
+                tracing::warn!(key = %key, %error, "object dropped: the transform failed");
                 None
             }
         }

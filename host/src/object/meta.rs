@@ -88,14 +88,32 @@ pub(super) struct Parse<'j> {
     json: &'j str,
     pub(super) found: Parsed,
     pub(super) unescaped: String,
+    /// The JSON is known to be well-formed: the parse ends with `metadata`.
+    valid: bool,
+    /// The parse ended with `metadata`, before the end of the text.
+    ended: bool,
 }
 
 impl<'j> Parse<'j> {
+    /// A parse of `json`, which it checks to its end.
     pub(super) fn new(json: &'j str) -> Self {
         Self {
             json,
             found: Parsed::default(),
             unescaped: String::new(),
+            valid: false,
+            ended: false,
+        }
+    }
+
+    /// A parse of `json` already checked to be well-formed (a value the
+    /// decoder of the API server's answer delimited): it reads no further than
+    /// `metadata`, which servers write before `spec` and `status`, the bulk of
+    /// an object.
+    pub(super) fn of_valid(json: &'j str) -> Self {
+        Self {
+            valid: true,
+            ..Self::new(json)
         }
     }
 
@@ -106,8 +124,14 @@ impl<'j> Parse<'j> {
     /// When the JSON is malformed or has no `metadata` object.
     pub(super) fn run(mut self) -> Result<Self, serde_json::Error> {
         let mut deserializer = serde_json::Deserializer::from_str(self.json);
-        ObjectSeed(&mut self).deserialize(&mut deserializer)?;
-        deserializer.end()?;
+        match ObjectSeed(&mut self).deserialize(&mut deserializer) {
+            // The seed stopped the parse once it had the metadata.
+            Err(_) if self.ended => {}
+            read => {
+                read?;
+                deserializer.end()?;
+            }
+        }
         Ok(self)
     }
 
@@ -158,6 +182,10 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             if key.as_str() == "metadata" {
                 map.next_value_seed(MetadataSeed(&mut *self.0))?;
+                if self.0.valid {
+                    self.0.ended = true;
+                    return Err(de::Error::custom("parse ended after the metadata"));
+                }
                 metadata = true;
             } else {
                 map.next_value::<de::IgnoredAny>()?;

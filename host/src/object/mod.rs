@@ -71,8 +71,21 @@ impl CachedObject {
     ///
     /// When the JSON is malformed or the object has no name.
     pub fn from_json(json: impl Into<Box<str>>) -> Result<Self, ObjectError> {
-        let json = json.into();
-        let Parse { found, unescaped, .. } = Parse::new(&json).run().map_err(ObjectError::Json)?;
+        Self::parsed(json.into(), false)
+    }
+
+    /// Like [`CachedObject::from_json`], for JSON known to be well-formed.
+    fn from_valid_json(json: Box<str>) -> Result<Self, ObjectError> {
+        Self::parsed(json, true)
+    }
+
+    fn parsed(json: Box<str>, valid: bool) -> Result<Self, ObjectError> {
+        let parse = if valid {
+            Parse::of_valid(&json)
+        } else {
+            Parse::new(&json)
+        };
+        let Parse { found, unescaped, .. } = parse.run().map_err(ObjectError::Json)?;
         let text = |span: Span| span.text(&json, &unescaped);
         let name = found
             .name
@@ -300,8 +313,7 @@ pub struct OwnerReference<'a> {
 impl<'de> Deserialize<'de> for CachedObject {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw: Box<RawValue> = Deserialize::deserialize(deserializer)?;
-        let json: Box<str> = raw.into();
-        Self::from_json(json).map_err(de::Error::custom)
+        Self::from_valid_json(raw.into()).map_err(de::Error::custom)
     }
 }
 
@@ -390,6 +402,30 @@ mod tests {
         assert_eq!(object.labels().get("tier"), None);
         assert_eq!(object.owner_uids().collect::<Vec<_>>(), ["rs-1"]);
         assert_eq!(object.json(), json);
+    }
+
+    #[test]
+    fn a_decoded_object_is_read_up_to_its_metadata_and_a_text_to_its_end() {
+        let metadata =
+            r#"{"name":"web-0","namespace":"shop","uid":"u1","resourceVersion":"42","labels":{"app":"web"}}"#;
+        let first = format!(r#"{{"kind":"Pod","metadata":{metadata},"spec":{{"containers":[{{"name":"a"}}]}}}}"#);
+        let last = format!(r#"{{"kind":"Pod","spec":{{"containers":[]}},"metadata":{metadata}}}"#);
+        for json in [&first, &last] {
+            let decoded: CachedObject = serde_json::from_str(json).unwrap();
+            assert_eq!(decoded, CachedObject::from_json(json.as_str()).unwrap());
+            assert_eq!(decoded.key(), "shop/web-0");
+            assert_eq!(decoded.resource_version(), "42");
+            assert_eq!(decoded.labels().get("app"), Some("web"));
+            assert_eq!(decoded.json(), json.as_str());
+        }
+        // A decoder delimits the value it hands over, so the end is checked there;
+        // a text given as it is is checked to its end.
+        let broken = format!(r#"{{"kind":"Pod","metadata":{metadata},"spec":nope}}"#);
+        assert!(serde_json::from_str::<CachedObject>(&broken).is_err());
+        assert!(matches!(
+            CachedObject::from_json(broken.as_str()),
+            Err(ObjectError::Json(_))
+        ));
     }
 
     #[test]

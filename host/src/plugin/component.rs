@@ -5,8 +5,8 @@ use std::time::Instant;
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 
 use super::host::HostState;
-use super::instance::Exports;
 use super::instance::LiveInstance;
+use super::instance::{Exports, Handler};
 use super::log::PluginLog;
 use super::{Error, PluginEngine, PluginInstance, PluginOptions, Result, bindings, controller_bindings};
 use crate::caches::Caches;
@@ -97,7 +97,7 @@ impl PluginComponent {
         store.epoch_deadline_callback(at_epoch_tick);
         start_call(&mut store, call_timeout);
         let plugin = match &self.pre {
-            Pre::Handler(pre) => pre.instantiate(&mut store).map(Exports::Handler),
+            Pre::Handler(pre) => Handler::instantiate(&mut store, pre).map(Exports::Handler),
             Pre::Controller(pre) => pre.instantiate(&mut store).map(Exports::Controller),
         }
         .map_err(|source| Error::Trap {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::GroupVersionKind;
 use wasmtime::Store;
+use wasmtime::component::{ComponentType, Func, Lower};
 
 use super::bindings::kinformer::plugin::types as wit;
 use super::host::HostState;
@@ -17,9 +18,98 @@ use crate::registration::{ControllerSpec, IndexSpec, KeyMapping, Registration, S
 /// The exports of an instance, by the world its component implements.
 pub(super) enum Exports {
     /// `init` and `handle`.
-    Handler(bindings::Writer),
+    Handler(Handler),
     /// `init` and `reconcile`.
     Controller(controller_bindings::Controller),
+}
+
+/// An instance of a plugin that handles deltas: its bindings, and `handle`
+/// itself, called with deltas that borrow the cached objects' text rather
+/// than with copies of it.
+pub(super) struct Handler {
+    bindings: bindings::Writer,
+    handle: Func,
+}
+
+/// `handle`'s parameters and results.
+type HandleParams<'a> = (&'a [DeltaRef<'a>],);
+type HandleResults = (Result<(), wit::Error>,);
+
+impl Handler {
+    /// Instantiates `pre` in `store`.
+    pub(super) fn instantiate(
+        store: &mut Store<HostState>,
+        pre: &bindings::WriterPre<HostState>,
+    ) -> wasmtime::Result<Self> {
+        let instance = pre.instance_pre().instantiate(&mut *store)?;
+        let bindings = bindings::Writer::new(&mut *store, &instance)?;
+        let handle = instance
+            .get_func(&mut *store, "handle")
+            .ok_or_else(|| wasmtime::format_err!("the component exports no `handle`"))?;
+        // Checked here, so a component that does not match fails to start.
+        handle.typed::<HandleParams<'_>, HandleResults>(&*store)?;
+        Ok(Self { bindings, handle })
+    }
+
+    fn call_handle(
+        &self,
+        store: &mut Store<HostState>,
+        batch: &[DeltaRef<'_>],
+    ) -> wasmtime::Result<Result<(), wit::Error>> {
+        let handle = self.handle.typed::<HandleParams<'_>, HandleResults>(&*store)?;
+        let (handled,) = handle.call(&mut *store, (batch,))?;
+        Ok(handled)
+    }
+}
+
+/// The WIT `delta` record, borrowing its strings from the delta.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+struct DeltaRef<'a> {
+    #[component(name = "type")]
+    type_: wit::DeltaType,
+    gvk: GvkRef<'a>,
+    key: &'a str,
+    #[component(name = "resource-version")]
+    resource_version: &'a str,
+    object: &'a str,
+    #[component(name = "old-object")]
+    old_object: Option<&'a str>,
+    #[component(name = "initial-list")]
+    initial_list: bool,
+}
+
+/// The WIT `group-version-kind` record, borrowed.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+struct GvkRef<'a> {
+    group: &'a str,
+    version: &'a str,
+    kind: &'a str,
+}
+
+impl<'a> DeltaRef<'a> {
+    fn of(delta: &'a Delta) -> Self {
+        Self {
+            type_: match delta.delta_type {
+                DeltaType::Added => wit::DeltaType::Added,
+                DeltaType::Updated => wit::DeltaType::Updated,
+                DeltaType::Deleted => wit::DeltaType::Deleted,
+                DeltaType::Replaced => wit::DeltaType::Replaced,
+                DeltaType::Sync => wit::DeltaType::Sync,
+            },
+            gvk: GvkRef {
+                group: &delta.gvk.group,
+                version: &delta.gvk.version,
+                kind: &delta.gvk.kind,
+            },
+            key: delta.object.key(),
+            resource_version: delta.object.resource_version(),
+            object: delta.object.json(),
+            old_object: delta.old.as_ref().map(|old| old.json()),
+            initial_list: delta.initial_list,
+        }
+    }
 }
 
 /// Counts an instance as alive, in the engine and for its plugin, until it is
@@ -117,7 +207,7 @@ impl PluginInstance {
         let (registration, controller) = match &self.plugin {
             Exports::Handler(_) => (
                 self.call("init", |plugin, store| match plugin {
-                    Exports::Handler(plugin) => plugin.call_init(store, config),
+                    Exports::Handler(plugin) => plugin.bindings.call_init(store, config),
                     Exports::Controller(_) => unreachable_export("init"),
                 })?,
                 None,
@@ -196,7 +286,7 @@ impl PluginInstance {
     /// it again or skip it), [`Error::Trap`] when it trapped or broke a limit;
     /// [`Error::Plugin`] too for a controller, which has no `handle`.
     pub fn handle(&mut self, batch: &[Delta]) -> Result<()> {
-        let batch: Vec<wit::Delta> = batch.iter().map(to_wit_delta).collect();
+        let batch: Vec<DeltaRef<'_>> = batch.iter().map(DeltaRef::of).collect();
         self.call("handle", |plugin, store| match plugin {
             Exports::Handler(plugin) => plugin.call_handle(store, &batch),
             Exports::Controller(_) => Ok(Err(wit::Error {
@@ -277,32 +367,6 @@ impl PluginInstance {
 
 fn from_wit_gvk(gvk: wit::GroupVersionKind) -> GroupVersionKind {
     GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind)
-}
-
-fn to_wit_gvk(gvk: &GroupVersionKind) -> wit::GroupVersionKind {
-    wit::GroupVersionKind {
-        group: gvk.group.clone(),
-        version: gvk.version.clone(),
-        kind: gvk.kind.clone(),
-    }
-}
-
-fn to_wit_delta(delta: &Delta) -> wit::Delta {
-    wit::Delta {
-        type_: match delta.delta_type {
-            DeltaType::Added => wit::DeltaType::Added,
-            DeltaType::Updated => wit::DeltaType::Updated,
-            DeltaType::Deleted => wit::DeltaType::Deleted,
-            DeltaType::Replaced => wit::DeltaType::Replaced,
-            DeltaType::Sync => wit::DeltaType::Sync,
-        },
-        gvk: to_wit_gvk(&delta.gvk),
-        key: delta.object.key().to_owned(),
-        resource_version: delta.object.resource_version().to_owned(),
-        object: delta.object.json().to_string(),
-        old_object: delta.old.as_ref().map(|old| old.json().to_string()),
-        initial_list: delta.initial_list,
-    }
 }
 
 /// The answer to calling an export the world does not have; never reached,
