@@ -527,18 +527,46 @@ impl IndexerWriter {
 
     /// Inserts or replaces the object under its key; returns the previous one.
     pub fn apply(&self, object: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+        self.apply_with(Arc::clone(object.shared_key()), |_| object).1
+    }
+
+    /// Like [`IndexerWriter::apply`], for an object no one holds yet: it
+    /// takes the key the cache holds for the object it replaces, so that key
+    /// stays the one allocation of it. Returns the object as cached, and the
+    /// previous one.
+    pub fn apply_new(&self, object: CachedObject) -> (Arc<CachedObject>, Option<Arc<CachedObject>>) {
+        self.apply_with(Arc::clone(object.shared_key()), |key| {
+            Arc::new(object.with_shared_key(key))
+        })
+    }
+
+    fn apply_with(
+        &self,
+        key: Arc<str>,
+        object: impl FnOnce(&Arc<str>) -> Arc<CachedObject>,
+    ) -> (Arc<CachedObject>, Option<Arc<CachedObject>>) {
         let mut inner = self.write();
         // The map and the indexes keep the key they hold for an object that
         // was cached already.
-        let (key, previous) = match inner.objects.entry(Arc::clone(object.shared_key())) {
-            Entry::Occupied(mut slot) => (Arc::clone(slot.key()), Some(slot.insert(Arc::clone(&object)))),
-            Entry::Vacant(slot) => (Arc::clone(slot.insert_entry(Arc::clone(&object)).key()), None),
+        let (key, object, previous) = match inner.objects.entry(key) {
+            Entry::Occupied(mut slot) => {
+                let key = Arc::clone(slot.key());
+                let object = object(&key);
+                let previous = slot.insert(Arc::clone(&object));
+                (key, object, Some(previous))
+            }
+            Entry::Vacant(slot) => {
+                let key = Arc::clone(slot.key());
+                let object = object(&key);
+                slot.insert(Arc::clone(&object));
+                (key, object, None)
+            }
         };
         match &previous {
             Some(previous) => inner.reindex(&key, previous, &object),
             None => inner.insert_into_indexes(&key, &object),
         }
-        previous
+        (object, previous)
     }
 
     /// Removes the object with this key; returns it.
@@ -736,6 +764,20 @@ mod tests {
         let scoped_nodes = nodes.scoped(&Scope::only(["a"]));
         assert_eq!(keys(&scoped_nodes.list(None, &all, 10)), ["n1"]);
         assert!(scoped_nodes.get("n1").is_some());
+    }
+
+    #[test]
+    fn a_new_state_shares_the_key_the_cache_holds() {
+        let (reader, writer) = indexer();
+        let first = pod("a", "web-0", json!({"app": "web"}), "n1");
+        writer.apply(Arc::clone(&first));
+        let next = CachedObject::clone(&pod("a", "web-0", json!({"app": "api"}), "n1"));
+        assert!(!Arc::ptr_eq(next.shared_key(), first.shared_key()));
+        let (cached, previous) = writer.apply_new(next);
+        assert!(Arc::ptr_eq(&previous.unwrap(), &first));
+        assert!(Arc::ptr_eq(cached.shared_key(), first.shared_key()));
+        assert!(Arc::ptr_eq(&reader.get("a/web-0").unwrap(), &cached));
+        assert_eq!(reader.index_values("label:app", 10).unwrap(), ["api"]);
     }
 
     #[test]

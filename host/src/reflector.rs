@@ -150,7 +150,7 @@ impl DeltaMaker {
             }
             watcher::Event::InitApply(object) => {
                 if let Some(object) = self.prepare(object) {
-                    self.relist.get_or_insert_with(Vec::new).push(object);
+                    self.relist.get_or_insert_with(Vec::new).push(Arc::new(object));
                 }
                 Vec::new()
             }
@@ -170,20 +170,19 @@ impl DeltaMaker {
                 };
                 let removed = self.writer.delete(object.key());
                 // The server's final state is the freshest; fall back to the cache's.
-                let last = if object.resource_version().is_empty() {
-                    removed.unwrap_or(object)
-                } else {
-                    object
+                let last = match removed {
+                    Some(removed) if object.resource_version().is_empty() => removed,
+                    _ => Arc::new(object),
                 };
                 vec![self.delta(DeltaType::Deleted, last)]
             }
         }
     }
 
-    fn prepare(&self, object: CachedObject) -> Option<Arc<CachedObject>> {
+    fn prepare(&self, object: CachedObject) -> Option<CachedObject> {
         let key = Arc::clone(object.shared_key());
         match object.transformed(&self.transform) {
-            Ok(object) => Some(Arc::new(object)),
+            Ok(object) => Some(object),
             Err(error) => {
                 tracing::warn!(key = %key, %error, "object dropped: the transform failed");
                 None
@@ -196,8 +195,8 @@ impl DeltaMaker {
         if self.initial { delta.in_initial_list() } else { delta }
     }
 
-    fn apply(&mut self, object: Arc<CachedObject>) -> Vec<Delta> {
-        let old = self.writer.apply(Arc::clone(&object));
+    fn apply(&mut self, object: CachedObject) -> Vec<Delta> {
+        let (object, old) = self.writer.apply_new(object);
         let mut deltas = Vec::new();
         self.compare(old, &object, false, &mut deltas);
         deltas

@@ -152,8 +152,8 @@ impl CachedObject {
             cuts.extend(strip.managed_fields.clone());
         }
         cuts.sort_by_key(|cut| cut.start);
-        if let Some(json) = transform::cut(&self.json, &cuts) {
-            self.json = json.into_boxed_str();
+        if !cuts.is_empty() {
+            self.json = transform::cut(std::mem::take(&mut self.json), &cuts);
             self.shift(&cuts);
         }
         Ok(self)
@@ -189,6 +189,17 @@ impl CachedObject {
     #[must_use]
     pub fn shared_key(&self) -> &Arc<str> {
         &self.key
+    }
+
+    /// The object with `key`, an equal key held elsewhere, as its own: one
+    /// allocation serves both.
+    #[must_use]
+    pub fn with_shared_key(mut self, key: &Arc<str>) -> Self {
+        debug_assert_eq!(*self.key, **key);
+        if *self.key == **key {
+            self.key = Arc::clone(key);
+        }
+        self
     }
 
     /// The namespace; `None` when cluster-scoped.

@@ -155,17 +155,32 @@ impl Fields<'_> {
     }
 }
 
-/// `json` without the byte ranges `cuts` (in order); `None` when there are none.
-pub(super) fn cut(json: &str, cuts: &[Range<usize>]) -> Option<String> {
-    if cuts.is_empty() {
-        return None;
-    }
-    let mut out = String::with_capacity(json.len());
-    let mut from = 0;
+/// `json` without the byte ranges `cuts` (sorted by start; they may touch or
+/// overlap), cut in its own buffer: no second copy of the text.
+pub(super) fn cut(json: Box<str>, cuts: &[Range<usize>]) -> Box<str> {
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(cuts.len());
     for cut in cuts {
-        out.push_str(&json[from..cut.start.max(from)]);
-        from = from.max(cut.end);
+        match merged.last_mut() {
+            Some(last) if cut.start <= last.end => last.end = last.end.max(cut.end),
+            _ => merged.push(cut.clone()),
+        }
     }
-    out.push_str(&json[from..]);
-    Some(out)
+    let mut json = String::from(json);
+    for cut in merged.into_iter().rev() {
+        json.replace_range(cut, "");
+    }
+    json.into_boxed_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    #[test]
+    fn cuts_that_touch_or_overlap_remove_their_union() {
+        let text = "0123456789";
+        assert_eq!(&*cut(text.into(), &[1..3, 5..7]), "034789");
+        assert_eq!(&*cut(text.into(), &[1..4, 4..6, 5..8]), "089");
+        assert_eq!(&*cut(text.into(), &[]), text);
+    }
 }

@@ -385,6 +385,14 @@ impl Worker {
                 }
             }
         }
+        if serving && self.keys.is_none() && due.is_none() && !*self.stopped.borrow() && self.commands.is_empty() {
+            // Deltas that queued while the last batch was handled: no wait.
+            for feed in &mut self.feeds {
+                if let Some(batch) = feed.listener.try_next_batch(max_batch) {
+                    return Work::Batch(batch);
+                }
+            }
+        }
         let controller = self.keys.as_ref().filter(|_| serving);
         let resync = controller.and_then(Keys::resync_due);
         let (stopped, commands, feeds) = (&mut self.stopped, &mut self.commands, &mut self.feeds);
@@ -510,15 +518,13 @@ impl Worker {
                 status.queued = queued;
                 status.catch_ups = catch_ups;
                 status.cpu_paused_ms += paused.as_millis() as u64;
+                if handled.is_ok() {
+                    status.deltas += count;
+                    status.batches += 1;
+                }
             });
             match handled {
-                Ok(()) => {
-                    update(&self.status, |status| {
-                        status.deltas += count;
-                        status.batches += 1;
-                    });
-                    return Delivery::Done;
-                }
+                Ok(()) => return Delivery::Done,
                 Err(crate::plugin::Error::Plugin { message, .. }) => {
                     update(&self.status, |status| {
                         status.errors += 1;
