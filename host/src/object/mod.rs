@@ -153,7 +153,7 @@ impl CachedObject {
         }
         cuts.sort_by_key(|cut| cut.start);
         if !cuts.is_empty() {
-            self.json = transform::cut(std::mem::take(&mut self.json), &cuts);
+            self.json = transform::cut(&self.json, &cuts);
             self.shift(&cuts);
         }
         Ok(self)

@@ -156,20 +156,19 @@ impl Fields<'_> {
 }
 
 /// `json` without the byte ranges `cuts` (sorted by start; they may touch or
-/// overlap), cut in its own buffer: no second copy of the text.
-pub(super) fn cut(json: Box<str>, cuts: &[Range<usize>]) -> Box<str> {
-    let mut merged: Vec<Range<usize>> = Vec::with_capacity(cuts.len());
+/// overlap), in a buffer of its own size. Cutting in place would save a copy
+/// but leave each object in a buffer sized for the text as served, whose
+/// freed tail the allocator keeps: 1.8× the resident memory per object
+/// instead of 1.15× (benchmark row 2).
+pub(super) fn cut(json: &str, cuts: &[Range<usize>]) -> Box<str> {
+    let mut out = String::with_capacity(json.len());
+    let mut from = 0;
     for cut in cuts {
-        match merged.last_mut() {
-            Some(last) if cut.start <= last.end => last.end = last.end.max(cut.end),
-            _ => merged.push(cut.clone()),
-        }
+        out.push_str(&json[from..cut.start.max(from)]);
+        from = from.max(cut.end);
     }
-    let mut json = String::from(json);
-    for cut in merged.into_iter().rev() {
-        json.replace_range(cut, "");
-    }
-    json.into_boxed_str()
+    out.push_str(&json[from..]);
+    out.into_boxed_str()
 }
 
 #[cfg(test)]
@@ -179,8 +178,8 @@ mod tests {
     #[test]
     fn cuts_that_touch_or_overlap_remove_their_union() {
         let text = "0123456789";
-        assert_eq!(&*cut(text.into(), &[1..3, 5..7]), "034789");
-        assert_eq!(&*cut(text.into(), &[1..4, 4..6, 5..8]), "089");
-        assert_eq!(&*cut(text.into(), &[]), text);
+        assert_eq!(&*cut(text, &[1..3, 5..7]), "034789");
+        assert_eq!(&*cut(text, &[1..4, 4..6, 5..8]), "089");
+        assert_eq!(&*cut(text, &[]), text);
     }
 }
