@@ -548,18 +548,14 @@ impl IndexerWriter {
         let mut inner = self.write();
         // The map and the indexes keep the key they hold for an object that
         // was cached already.
-        let (key, object, previous) = match inner.objects.entry(key) {
-            Entry::Occupied(mut slot) => {
-                let key = Arc::clone(slot.key());
-                let object = object(&key);
-                let previous = slot.insert(Arc::clone(&object));
-                (key, object, Some(previous))
-            }
+        let entry = inner.objects.entry(key);
+        let key = Arc::clone(entry.key());
+        let object = object(&key);
+        let previous = match entry {
+            Entry::Occupied(mut slot) => Some(slot.insert(Arc::clone(&object))),
             Entry::Vacant(slot) => {
-                let key = Arc::clone(slot.key());
-                let object = object(&key);
                 slot.insert(Arc::clone(&object));
-                (key, object, None)
+                None
             }
         };
         match &previous {
