@@ -2,15 +2,19 @@
 //! `test-plugins/`, the emulated API server with churn, the real kube-rs client.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use apiserver_sim::store::ResourceId;
 use apiserver_sim::workload::Workload;
-use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
+use apiserver_sim::{ApiServer, SimConfig};
+use kinformer::delta::Delta;
+use kinformer::runtime::{BatchObserver, PluginState, Runtime, RuntimeConfig};
 use kinformer_tests::runtime::{
     Logged, Logs, assert_record_matches_server, caught_up, cluster, install, server_changes, status, until,
 };
+use serde_json::json;
 
 /// A plugin's deltas as delta-logger logs them.
 fn record(logs: &Logs, plugin: &str) -> Vec<Logged> {
@@ -303,4 +307,86 @@ async fn a_plugin_granted_one_namespace_sees_nothing_of_another() {
             "{name}: check and run disagree"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_arriving_within_the_batch_window_share_one_call() {
+    let dir = tempfile::tempdir().unwrap();
+    install(
+        dir.path(),
+        "gathered",
+        "delta-logger.wasm",
+        Some("config = \"v1/ConfigMap\"\n[limits]\nbatch-window-ms = 100\n"),
+    );
+    install(
+        dir.path(),
+        "at-once",
+        "delta-logger.wasm",
+        Some("config = \"v1/ConfigMap\"\n[limits]\nbatch-window-ms = 0\n"),
+    );
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let client = kube::Client::try_from(server.client_config()).unwrap();
+    let configmaps = ResourceId::new("", "v1", "configmaps");
+    server
+        .store()
+        .create(
+            &ResourceId::new("", "v1", "namespaces"),
+            None,
+            json!({"metadata": {"name": "a"}}),
+        )
+        .unwrap();
+    let batches: Arc<Mutex<BTreeMap<String, Vec<Vec<String>>>>> = Arc::default();
+    let seen = Arc::clone(&batches);
+    let observer: BatchObserver = Arc::new(move |plugin: &str, batch: &[Delta]| {
+        let names = batch.iter().map(|delta| delta.object.name().to_owned()).collect();
+        seen.lock().unwrap().entry(plugin.to_owned()).or_default().push(names);
+    });
+    let config = RuntimeConfig::new(dir.path()).watch(false).observer(observer);
+    let runtime = Runtime::start(client, config).await.unwrap();
+    until("both plugins running", Duration::from_secs(30), || {
+        runtime.all_running()
+    })
+    .await;
+    let handed = |plugin: &str, name: &str| {
+        batches
+            .lock()
+            .unwrap()
+            .get(plugin)
+            .is_some_and(|batches| batches.iter().flatten().any(|handed| handed == name))
+    };
+    let create = |name: &str| {
+        server
+            .store()
+            .create(&configmaps, Some("a"), json!({"metadata": {"name": name}}))
+            .unwrap();
+    };
+
+    create("first");
+    until("the first change handled", Duration::from_secs(10), || {
+        handed("gathered", "first") && handed("at-once", "first")
+    })
+    .await;
+    // Three changes 15 ms apart, right after a call: within a 100 ms window.
+    for name in ["second", "third", "fourth"] {
+        create(name);
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    until("the later changes handled", Duration::from_secs(10), || {
+        handed("gathered", "fourth") && handed("at-once", "fourth")
+    })
+    .await;
+    runtime.shutdown().await;
+
+    let batches = batches.lock().unwrap();
+    let later = |plugin: &str| -> Vec<Vec<String>> {
+        batches[plugin]
+            .iter()
+            .filter(|batch| batch.iter().any(|name| name != "first"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(later("gathered"), [["second", "third", "fourth"]], "{batches:?}");
+    // Without a window each change is handed out as it arrives (unless the
+    // worker was kept from running for longer than the changes' spacing).
+    assert!(later("at-once").len() > 1, "{batches:?}");
 }

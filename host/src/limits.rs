@@ -29,6 +29,10 @@ pub struct Limits {
     pub queue_capacity: usize,
     /// Deltas per `handle` call at most.
     pub max_batch: usize,
+    /// After a `handle` call, how long the deltas that arrive are gathered
+    /// into the next batch before it is handed out; zero hands each out at
+    /// once. A delta after a quiet spell is handed out at once either way.
+    pub batch_window: Duration,
     /// Writes to the cluster per second, once the burst is spent.
     pub writes_per_second: u32,
     /// Writes let through at once when the plugin has not written for a while.
@@ -61,6 +65,7 @@ impl Default for Limits {
             log_lines_per_second: 200,
             queue_capacity: 4096,
             max_batch: 64,
+            batch_window: Duration::from_millis(5),
             writes_per_second: 10,
             write_burst: 20,
             write_timeout: Duration::from_secs(10),

@@ -38,6 +38,7 @@
 //! log-lines-per-second = 200
 //! queue-capacity = 4096        # deltas queued before catch-up mode
 //! max-batch = 64               # deltas per handle call
+//! batch-window-ms = 5          # gather deltas this long after a call (0: at once)
 //! writes-per-second = 10       # token bucket of the plugin's writes...
 //! write-burst = 20             # ...and its size
 //! write-timeout-ms = 10000     # longest wait for the API server per write
@@ -148,6 +149,7 @@ struct LimitsFile {
     log_lines_per_second: Option<u32>,
     queue_capacity: Option<u64>,
     max_batch: Option<u64>,
+    batch_window_ms: Option<u64>,
     writes_per_second: Option<u64>,
     write_burst: Option<u64>,
     write_timeout_ms: Option<u64>,
@@ -319,6 +321,13 @@ impl Manifest {
                 defaults.queue_capacity as u64,
             )? as usize,
             max_batch: range("max-batch", limits.max_batch, 1, 4096, defaults.max_batch as u64)? as usize,
+            batch_window: Duration::from_millis(range(
+                "batch-window-ms",
+                limits.batch_window_ms,
+                0,
+                100,
+                defaults.batch_window.as_millis() as u64,
+            )?),
             writes_per_second: range(
                 "writes-per-second",
                 limits.writes_per_second,
@@ -444,6 +453,7 @@ mod tests {
             cpu-millicores = 200
             memory-mib = 16
             max-batch = 8
+            batch-window-ms = 0
             [failures]
             on-error = "skip"
             max-restarts = 2
@@ -464,6 +474,8 @@ mod tests {
         assert_eq!(Limits::default().cpu_millicores, 250);
         assert_eq!(manifest.limits.memory_bytes, 16 << 20);
         assert_eq!(manifest.limits.max_batch, 8);
+        assert_eq!(manifest.limits.batch_window, Duration::ZERO);
+        assert_eq!(Limits::default().batch_window, Duration::from_millis(5));
         assert_eq!(manifest.limits.query_objects, Limits::default().query_objects);
         assert_eq!(manifest.failures.on_error, OnError::Skip);
         assert_eq!(manifest.failures.max_restarts, 2);

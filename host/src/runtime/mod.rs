@@ -13,9 +13,11 @@
 //!
 //! The worker owns the plugin's wasmtime `Store`. It waits until every cache the
 //! plugin registered for has synced, then takes batches from the plugin's
-//! handler queues and calls `handle`: one delta when the plugin keeps up, up to
-//! the manifest's `max-batch` when it falls behind. Deltas of one object arrive
-//! in order. When `handle` returns an error the batch is retried with backoff or
+//! handler queues and calls `handle` with at most the manifest's `max-batch`: a
+//! delta after a quiet spell at once, and what arrives within the batch window
+//! after a call together in the next call, so a busy informer wakes the worker
+//! once per window rather than once per delta. Deltas of one object arrive in
+//! order. When `handle` returns an error the batch is retried with backoff or
 //! skipped, as the manifest says. When the plugin traps, overruns its deadline or
 //! hits its memory limit, its store is dropped and a fresh instance is started
 //! after a backoff; it runs `init` again and receives the current cache as an

@@ -79,6 +79,8 @@ pub(super) struct Worker {
     /// How many of the plugin's error messages reach the log, per second.
     error_lines: ErrorLines,
     observer: Option<BatchObserver>,
+    /// A batch was just handled: the next is gathered for the batch window.
+    gathering: bool,
 }
 
 impl Worker {
@@ -111,6 +113,7 @@ impl Worker {
             keys,
             error_lines: ErrorLines::new(),
             observer,
+            gathering: false,
         };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
@@ -137,7 +140,10 @@ impl Worker {
                             continue;
                         }
                         None => match self.deliver(&batch) {
-                            Delivery::Done => continue,
+                            Delivery::Done => {
+                                self.gathering = true;
+                                continue;
+                            }
                             Delivery::Stopped => Event::Stop,
                             Delivery::Failed => Event::Failed,
                         },
@@ -385,10 +391,19 @@ impl Worker {
                 }
             }
         }
+        let gathering = std::mem::take(&mut self.gathering);
         if serving && self.keys.is_none() && due.is_none() && !*self.stopped.borrow() && self.commands.is_empty() {
             // Deltas that queued while the last batch was handled: no wait.
-            for feed in &mut self.feeds {
-                if let Some(batch) = feed.listener.try_next_batch(max_batch) {
+            if let Some(batch) = self.ready_batch(max_batch) {
+                return Work::Batch(batch);
+            }
+            // Right after a call, the next deltas are gathered for the batch
+            // window: one wakeup and one call for all of them, and no wakeup
+            // asked of the thread that queues them.
+            let window = self.live.manifest.limits.batch_window;
+            if gathering && !window.is_zero() {
+                std::thread::sleep(window);
+                if let Some(batch) = self.ready_batch(max_batch) {
                     return Work::Batch(batch);
                 }
             }
@@ -435,6 +450,13 @@ impl Worker {
                 batch = batches => batch.map_or(Work::Stop, Work::Batch),
             }
         })
+    }
+
+    /// A batch of the deltas queued now, if any.
+    fn ready_batch(&mut self, max_batch: usize) -> Option<Vec<Delta>> {
+        self.feeds
+            .iter_mut()
+            .find_map(|feed| feed.listener.try_next_batch(max_batch))
     }
 
     /// Handles what is queued now (not what arrives meanwhile), before unloading.
