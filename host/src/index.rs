@@ -58,24 +58,29 @@ impl FieldPath {
     }
 
     /// The scalar values at this path in an object's JSON (strings, numbers and
-    /// booleans as strings); none when the JSON is malformed.
+    /// booleans as strings); none when the JSON is malformed up to them.
     ///
     /// Only the fields along the path are decoded: everything else is skipped
-    /// without being built, so indexing a field of a large object costs one scan
-    /// of its text.
+    /// without being built. Unless a list lies along the path, the scan ends
+    /// with the path's field, as an object's text holds each field once: an
+    /// index on `spec.nodeName` does not read a pod's `status`. The text after
+    /// that field is not checked, so `json` must be well-formed (as every
+    /// object the cache holds is).
     #[must_use]
     pub fn values_in(&self, json: &str) -> Vec<String> {
         let mut found = Vec::new();
+        let mut ended = false;
         let mut deserializer = serde_json::Deserializer::from_str(json);
-        if de::DeserializeSeed::deserialize(
+        let read = de::DeserializeSeed::deserialize(
             Along {
                 path: &self.segments,
                 found: &mut found,
+                ended: &mut ended,
+                outside_lists: true,
             },
             &mut deserializer,
-        )
-        .is_err()
-        {
+        );
+        if read.is_err() && !ended {
             found.clear();
         }
         found
@@ -93,6 +98,11 @@ impl std::fmt::Display for FieldPath {
 struct Along<'p> {
     path: &'p [String],
     found: &'p mut Vec<String>,
+    /// Set when the walk stopped early: nothing after it can hold a value.
+    ended: &'p mut bool,
+    /// No list encloses this value, so once its field on the path is read,
+    /// the rest of the text is of no interest.
+    outside_lists: bool,
 }
 
 impl<'de> de::DeserializeSeed<'de> for Along<'_> {
@@ -113,10 +123,18 @@ impl<'de> de::Visitor<'de> for Along<'_> {
     fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
             match self.path.split_first() {
-                Some((first, rest)) if key.as_str() == first => map.next_value_seed(Along {
-                    path: rest,
-                    found: &mut *self.found,
-                })?,
+                Some((first, rest)) if key.as_str() == first => {
+                    map.next_value_seed(Along {
+                        path: rest,
+                        found: &mut *self.found,
+                        ended: &mut *self.ended,
+                        outside_lists: self.outside_lists,
+                    })?;
+                    if self.outside_lists {
+                        *self.ended = true;
+                        return Err(de::Error::custom("the walk ended with the path's field"));
+                    }
+                }
                 _ => {
                     map.next_value::<de::IgnoredAny>()?;
                 }
@@ -130,6 +148,8 @@ impl<'de> de::Visitor<'de> for Along<'_> {
             .next_element_seed(Along {
                 path: self.path,
                 found: &mut *self.found,
+                ended: &mut *self.ended,
+                outside_lists: false,
             })?
             .is_some()
         {}
@@ -231,7 +251,28 @@ mod tests {
 
     #[test]
     fn malformed_json_has_no_values() {
-        assert!(values("spec.nodeName", r#"{"spec":{"nodeName":"n"}"#).is_empty());
+        assert!(values("spec.nodeName", r#"{"spec":{"nodeName" "n"}}"#).is_empty());
+        assert!(values("spec.nodeName", r#"{"spec":{"image":,"nodeName":"n"}}"#).is_empty());
         assert!(values("spec.nodeName", "not json").is_empty());
+    }
+
+    #[test]
+    fn the_scan_ends_with_the_paths_field_unless_a_list_lies_along_it() {
+        // Text after the field is never read, so a malformed tail goes unseen.
+        assert_eq!(
+            values("spec.nodeName", r#"{"spec":{"nodeName":"n","x":nope},"status":nope"#),
+            ["n"]
+        );
+        assert_eq!(values("spec", r#"{"spec":"s","status":nope"#), ["s"]);
+        // In a list, every element is read, and the text after the list is not.
+        let pod = r#"{"spec":{"containers":[{"image":"a","x":1},{"image":"b"}],"status":nope"#;
+        assert_eq!(values("spec.containers.image", pod), ["a", "b"]);
+        assert!(
+            values(
+                "spec.containers.image",
+                r#"{"spec":{"containers":[{"image":"a"},nope]}}"#
+            )
+            .is_empty()
+        );
     }
 }

@@ -94,7 +94,7 @@ impl CachedObject {
             .ok_or(ObjectError::NoName)?;
         let namespace = found.namespace.map(text).filter(|namespace| !namespace.is_empty());
         let (key, name_at): (Arc<str>, usize) = match namespace {
-            Some(namespace) => (format!("{namespace}/{name}").into(), namespace.len() + 1),
+            Some(namespace) => ([namespace, "/", name].concat().into(), namespace.len() + 1),
             None => (name.into(), 0),
         };
         let strip = (found.strip != Strippable::default()).then(|| Box::new(found.strip));
