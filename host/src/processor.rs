@@ -304,7 +304,7 @@ impl Listener {
                 state.pending = self.snapshot(snapshot).into();
             }
         }
-        let mut batch = Vec::new();
+        let mut batch = Vec::with_capacity(max.min(state.pending.len() + state.deltas.len()));
         while batch.len() < max {
             let Some(delta) = state.pending.pop_front().or_else(|| state.deltas.pop_front()) else {
                 break;
@@ -364,16 +364,11 @@ impl Listener {
         if delta.delta_type == DeltaType::Deleted {
             return self.delivered.remove(key) || delta.initial_list;
         }
-        if matches!(delta.delta_type, DeltaType::Added | DeltaType::Updated)
-            && self
-                .delivered
-                .get(key)
-                .is_some_and(|last| Arc::ptr_eq(&last.0, &delta.object))
-        {
-            return false;
-        }
-        self.delivered.replace(ByKey(Arc::clone(&delta.object)));
-        true
+        // One lookup: the state replaces the last one handed out, and an
+        // added or updated state that is that very one is not handed out again.
+        let last = self.delivered.replace(ByKey(Arc::clone(&delta.object)));
+        !(matches!(delta.delta_type, DeltaType::Added | DeltaType::Updated)
+            && last.is_some_and(|last| Arc::ptr_eq(&last.0, &delta.object)))
     }
 
     /// The state this listener has handed out so far, as `Added` deltas flagged
@@ -513,6 +508,22 @@ mod tests {
         let batch = listener.try_next_batch(10).unwrap();
         assert_eq!(summary(&batch), [(DeltaType::Updated, "a/x".into(), "3".into())]);
         assert!(listener.try_next_batch(10).is_none());
+    }
+
+    #[test]
+    fn a_state_the_snapshot_already_handed_out_is_not_handed_out_again() {
+        let (processor, writer, gvk) = setup();
+        let mut listener = processor.add_listener("h", &ListenerOptions::default());
+        // Cached before the snapshot is taken, distributed after it.
+        let x = object("x", 1);
+        writer.apply(Arc::clone(&x));
+        let batch = listener.try_next_batch(10).unwrap();
+        assert_eq!(summary(&batch), [(DeltaType::Added, "a/x".into(), "1".into())]);
+        processor.distribute(&Delta::new(DeltaType::Added, Arc::clone(&gvk), x));
+        assert!(listener.try_next_batch(10).is_none());
+        change(&processor, &writer, &gvk, object("x", 2));
+        let batch = listener.try_next_batch(10).unwrap();
+        assert_eq!(summary(&batch), [(DeltaType::Updated, "a/x".into(), "2".into())]);
     }
 
     #[test]
