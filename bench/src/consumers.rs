@@ -152,6 +152,8 @@ pub(crate) async fn synced_cache(client: kube::Client, side: Side) -> anyhow::Re
 /// and when the last timed one arrived.
 #[derive(Debug, Default)]
 pub(crate) struct Arrivals {
+    /// For a timed handler the stamped changes; for the others every update,
+    /// as every update in the churn is stamped.
     pub(crate) changes: usize,
     pub(crate) latencies: Vec<f64>,
     pub(crate) last: Option<Instant>,
