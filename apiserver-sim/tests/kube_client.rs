@@ -606,3 +606,37 @@ async fn a_cut_off_client_gets_no_answer_while_others_do() {
         .unwrap();
     assert!(server.stats().faults.held_requests >= 1);
 }
+
+#[tokio::test]
+async fn close_ends_open_watches_and_frees_the_store_before_it_returns() {
+    let (server, client) = start(SimConfig::default()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    api.create(&PostParams::default(), &configmap("a", &[])).await.unwrap();
+    let mut watch = api.watch(&WatchParams::default(), "0").await.unwrap().boxed();
+    let first = timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("the watch replays the configmap");
+    assert!(matches!(first, Some(Ok(WatchEvent::Added(_)))), "{first:?}");
+    let changes = server.store().subscribe();
+    let address = server.address();
+
+    timeout(Duration::from_secs(10), server.close())
+        .await
+        .expect("close returns once the connections have ended");
+
+    assert!(
+        changes.has_changed().is_err(),
+        "the store was freed before close returned"
+    );
+    let after = timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("the open watch ended");
+    assert!(
+        !matches!(after, Some(Ok(WatchEvent::Added(_) | WatchEvent::Modified(_)))),
+        "{after:?}"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(address).await.is_err(),
+        "nothing listens after close"
+    );
+}

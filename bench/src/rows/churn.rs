@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::Child;
 use crate::child::{ChurnReport, ReadyChild};
-use crate::cluster::{KubeconfigFile, quiet_cluster, write_paced};
+use crate::cluster::{KubeconfigFile, quiet_cluster, warm_up, write_paced};
 use crate::consumers::{Language, Side, Work};
 use crate::rows::Sizes;
 use crate::table::{Samples, Table, Unit};
@@ -44,7 +44,7 @@ pub(super) async fn run(
     })?;
     write_paced(&server, sizes.churn_updates, sizes.churn_rate).await?;
     let report: ChurnReport = child.report()?;
-    server.shutdown();
+    server.close().await;
     let delivered = (sizes.churn_updates * plugins.max(1)) as f64;
     Ok(Churned {
         rate: delivered / report.cpu_s,
@@ -62,6 +62,7 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> any
         "row 3: {} changes at {}/s to {} realistic pods",
         sizes.churn_updates, sizes.churn_rate, sizes.churn_pods
     );
+    warm_up(sizes.churn_pods, sizes.churn_updates).await?;
     let mut results: BTreeMap<&str, Vec<Churned>> = BTreeMap::new();
     for _ in 0..repeat {
         for (key, side, work, plugins) in [
@@ -158,6 +159,7 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> any
 /// Row 4: a handler that parses each pod and sums CPU requests per namespace.
 pub(super) async fn work_row(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::Result<()> {
     eprintln!("row 4: summing requests over {} changes", sizes.churn_updates);
+    warm_up(sizes.churn_pods, sizes.churn_updates).await?;
     let (mut ours, mut theirs) = (Samples::default(), Samples::default());
     for _ in 0..repeat {
         ours.push(run(Side::Kinformer, Language::Rust, Work::Sum, 1, sizes).await?.rate);

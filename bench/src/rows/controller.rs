@@ -32,7 +32,7 @@ async fn run(side: Side, sizes: &Sizes) -> anyhow::Result<Reconciled> {
     write_paced(&server, sizes.churn_updates, sizes.churn_rate).await?;
     child.written()?;
     let report: ControlReport = child.report()?;
-    server.shutdown();
+    server.close().await;
     Ok(Reconciled {
         rate: report.reconciles as f64 / report.cpu_s,
         per_change: report.reconciles as f64 / sizes.churn_updates as f64,

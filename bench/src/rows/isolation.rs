@@ -3,7 +3,7 @@
 use anyhow::Context as _;
 use apiserver_sim::ApiServer;
 
-use crate::cluster::{quiet_cluster, write_paced};
+use crate::cluster::{quiet_cluster, warm_up, write_paced};
 use crate::consumers::{Consumer, Work, hostile, kinformer_consumer, manifest, probe};
 use crate::rows::Sizes;
 use crate::table::{Samples, Table, Unit};
@@ -15,6 +15,7 @@ const LOOPING: &str =
 /// Row 7: the well-behaved plugin's deltas/s beside the looping one, against alone.
 pub(super) async fn row(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyhow::Result<()> {
     eprintln!("row 7: isolation");
+    warm_up(sizes.churn_pods, sizes.churn_updates).await?;
     let (mut alone, mut beside) = (Samples::default(), Samples::default());
     for _ in 0..repeat {
         for (samples, plugins) in [
@@ -28,7 +29,7 @@ pub(super) async fn row(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyh
             let client = kube::Client::try_from(server.client_config())?;
             let consumer = kinformer_consumer(client, &plugins, &["good"]).await?;
             samples.push(saturated(&server, consumer, sizes.churn_updates).await?);
-            server.shutdown();
+            server.close().await;
         }
     }
     table.add(

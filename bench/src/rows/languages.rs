@@ -187,7 +187,7 @@ mod tests {
                 "{language:?}: {status:#?}"
             );
             consumer.stop().await;
-            server.shutdown();
+            server.close().await;
 
             let engine = PluginEngine::with_options(&EngineOptions {
                 cache_dir: Some(compile_cache()),

@@ -156,7 +156,7 @@ mod tests {
                 .await
                 .unwrap();
             assert!(rate > 0.0, "{side:?}: {rate}");
-            server.shutdown();
+            server.close().await;
         }
         for side in [Side::Kinformer, Side::KubePod, Side::KubeDynamic] {
             let server = quiet_cluster(sizes.churn_pods).await.unwrap();
@@ -184,7 +184,7 @@ mod tests {
                 sizes.churn_updates
             );
             controller.stop().await;
-            server.shutdown();
+            server.close().await;
         }
         let mut table = Table::default();
         query::rows(&mut table, &sizes, 1).await.unwrap();

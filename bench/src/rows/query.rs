@@ -25,7 +25,7 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> any
     eprintln!("row 5: queries over {pods} realistic pods");
     let server = quiet_cluster(pods).await?;
     let objects = served_pods(&server)?;
-    server.shutdown();
+    server.close().await;
 
     // kinformer: the Indexer, queried by the bench-probe plugin.
     let (cache, writer) = indexer();

@@ -43,7 +43,7 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes) -> anyhow::Result<()>
         runtime.shutdown().await;
         eprintln!("  pass {pass}: {:?}", samples.values());
     }
-    server.shutdown();
+    server.close().await;
     table.add(
         "6. reload: file complete → new version live, compiling (debounce excluded)",
         results[0].show(Unit::Millis),

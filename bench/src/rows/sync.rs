@@ -49,7 +49,7 @@ pub(super) async fn rows(table: &mut Table, pods: usize, repeat: usize) -> anyho
             }
         }
     }
-    server.shutdown();
+    server.close().await;
     let n = count(pods);
     let ours = Side::Kinformer;
     for (theirs, label) in [(Side::KubeDynamic, "DynamicObject"), (Side::KubePod, "Pod")] {
@@ -127,7 +127,7 @@ pub(super) async fn fanout_row(table: &mut Table, pods: usize, plugins: usize, r
         rss.push(report.rss as f64 / f64::from(1 << 20));
         time.push(report.sync_ms);
     }
-    server.shutdown();
+    server.close().await;
     table.add(
         format!(
             "11. {} realistic pods, {plugins} no-op plugins subscribed: resident memory once all handled every pod (time to that)",

@@ -79,7 +79,7 @@ async fn kinformer_patches(patches: usize) -> anyhow::Result<f64> {
     }
     let last = written_annotation(&server, "bench").await?;
     consumer.stop().await;
-    server.shutdown();
+    server.close().await;
     check_last(&last, patches)?;
     Ok(patches as f64 / (nanos / 1e9))
 }
@@ -109,7 +109,7 @@ async fn kube_patches(patches: usize) -> anyhow::Result<f64> {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let last = written_annotation(&server, "bench").await?;
-    server.shutdown();
+    server.close().await;
     check_last(&last, patches)?;
     Ok(patches as f64 / elapsed)
 }
