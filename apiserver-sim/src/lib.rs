@@ -73,6 +73,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use axum::serve::ListenerExt as _;
 use serde::Serialize;
 use serde_json::json;
 
@@ -263,6 +264,15 @@ impl ApiServer {
         });
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = http::router(Arc::clone(&shared));
+        // Go's net package, and so kube-apiserver, turns Nagle's algorithm off
+        // on every connection. With it on, the last small write of a burst
+        // (the end of a watch event, a bookmark) waits for the client's
+        // delayed acknowledgement, up to 40 ms.
+        let listener = listener.tap_io(|stream| {
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(%error, "TCP_NODELAY not set on a connection");
+            }
+        });
         let serving = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stopped.await;
