@@ -77,6 +77,7 @@ pub(crate) enum Unit {
 impl Unit {
     fn show(self, value: f64) -> String {
         match self {
+            Self::Millis if value < 10.0 => format!("{value:.1} ms"),
             Self::Millis => format!("{value:.0} ms"),
             Self::Micros => format!("{value:.2} µs"),
             Self::Mib => format!("{value:.0} MiB"),

@@ -147,6 +147,13 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> any
         "",
     );
     table.add(
+        "3. churn, latency server write → handler, p99, each delta at once (vs Pod reflector)",
+        samples("one at once", |c| c.p99_ms).show(Unit::Millis),
+        samples("pod", |c| c.p99_ms).show(Unit::Millis),
+        samples("one at once", |c| c.p99_ms).median() / samples("pod", |c| c.p99_ms).median(),
+        "",
+    );
+    table.add(
         "3. churn, deltas per handle call, 1 no-op plugin (vs each delta at once)",
         format!("{:.1}", samples("one", |c| c.deltas_per_call).median()),
         format!("{:.1}", samples("one at once", |c| c.deltas_per_call).median()),
