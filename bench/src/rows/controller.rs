@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::Child;
 use crate::child::{ControlReport, ReadyChild};
-use crate::cluster::{KubeconfigFile, quiet_cluster, served_pods, write_paced};
+use crate::cluster::{KubeconfigFile, quiet_cluster, served_pods, warm_up, write_paced};
 use crate::consumers::Side;
 use crate::rows::Sizes;
 use crate::table::{Samples, Table, Unit};
@@ -47,6 +47,7 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes, repeat: usize) -> any
         "row 8: no-op controllers, {} changes at {}/s to {} realistic pods",
         sizes.churn_updates, sizes.churn_rate, sizes.churn_pods
     );
+    warm_up(sizes.churn_pods, sizes.churn_updates).await?;
     let mut results: BTreeMap<Side, Vec<Reconciled>> = BTreeMap::new();
     for _ in 0..repeat {
         for side in [Side::Kinformer, Side::KubePod, Side::KubeDynamic] {
