@@ -208,6 +208,35 @@ fn a_plugin_holds_at_most_its_own_instances_and_none_of_another() {
 }
 
 #[test]
+fn a_call_that_loops_after_the_engine_sat_idle_still_ends_at_its_deadline() {
+    // The epoch ticker parks when no call runs; a call must wake it.
+    let engine = PluginEngine::new().unwrap();
+    let hostile = engine
+        .load_bytes("hostile", plugin_artifacts::test_plugin("hostile.wasm"))
+        .unwrap();
+    let options = PluginOptions::default().call_timeout(std::time::Duration::from_millis(200));
+    let mut instance = hostile.instantiate(Caches::new(), options).unwrap();
+    instance.init("loop").unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let delta = Delta::new(
+            DeltaType::Added,
+            Arc::new(GroupVersionKind::gvk("", "v1", "Pod")),
+            pod("web-1", "1", 100),
+        );
+        let _ = done.send(instance.handle(&[delta]));
+    });
+    let outcome = ended
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a looping call outlived its deadline by a minute");
+    let error = outcome.unwrap_err();
+    assert!(matches!(error, Error::Trap { .. }), "{error:?}");
+    assert!(format!("{error:?}").contains("interrupt"), "{error:?}");
+}
+
+#[test]
 fn a_component_of_another_world_is_rejected_naming_the_world() {
     let cases = [
         ("empty", "(component)"),

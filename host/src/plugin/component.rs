@@ -95,6 +95,8 @@ impl PluginComponent {
         store.limiter(|state| &mut state.store_limits);
         let call_timeout = options.limits.call_timeout;
         store.epoch_deadline_callback(at_epoch_tick);
+        let clock = self.engine.ticker.clock().clone();
+        let running = clock.enter();
         start_call(&mut store, call_timeout);
         let plugin = match &self.pre {
             Pre::Handler(pre) => Handler::instantiate(&mut store, pre).map(Exports::Handler),
@@ -105,19 +107,22 @@ impl PluginComponent {
             call: "instantiate",
             source,
         })?;
+        drop(running);
         Ok(PluginInstance {
             name: self.name.clone(),
             _live: live,
             store,
             plugin,
             call_timeout,
+            clock,
             poisoned: false,
         })
     }
 }
 
 /// Starts a call (or the component's start-up) of at most `timeout`, looked
-/// at by [`at_epoch_tick`] from the next tick on.
+/// at by [`at_epoch_tick`] from the next tick on, while the caller holds the
+/// engine's ticker awake (`EpochClock::enter`).
 pub(super) fn start_call(store: &mut Store<HostState>, timeout: std::time::Duration) {
     store.data_mut().deadline.start_call(timeout);
     store.set_epoch_deadline(1);

@@ -1,21 +1,17 @@
 //! The shared wasmtime engine: configuration, the epoch ticker that drives call
-//! deadlines, and compiling component files.
+//! deadlines (see `epoch`), and compiling component files.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
 use super::component::Pre;
+use super::epoch::Ticker;
 use super::host::HostState;
 use super::{Error, PluginComponent, Result, bindings, controller_bindings, digest, plugin_name};
-
-/// How often the epoch ticks: how often a running plugin's deadline and CPU
-/// share are looked at.
-pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// The shared wasmtime engine: compiles components and drives call deadlines.
 ///
@@ -29,27 +25,12 @@ pub struct PluginEngine {
     pub(super) live_instances: Arc<std::sync::atomic::AtomicUsize>,
     /// Instances alive per plugin name, across its versions.
     per_plugin: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>>,
-    _ticker: Arc<Ticker>,
+    pub(super) ticker: Arc<Ticker>,
 }
 
 impl std::fmt::Debug for PluginEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PluginEngine").finish_non_exhaustive()
-    }
-}
-
-/// A thread that advances the engine's epoch every [`EPOCH_TICK`].
-struct Ticker {
-    stop: std::sync::mpsc::Sender<()>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Ticker {
-    fn drop(&mut self) {
-        let _ = self.stop.send(());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -128,29 +109,14 @@ impl PluginEngine {
         bindings::Writer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
             .map_err(Error::Engine)?;
 
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let ticking = engine.weak();
-        let thread = std::thread::Builder::new()
-            .name("kinformer-epoch".into())
-            .spawn(move || {
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(EPOCH_TICK) {
-                    match ticking.upgrade() {
-                        Some(engine) => engine.increment_epoch(),
-                        None => break,
-                    }
-                }
-            })
-            .map_err(|error| Error::Engine(error.into()))?;
+        let ticker = Ticker::start(&engine).map_err(|error| Error::Engine(error.into()))?;
         Ok(Self {
             engine,
             options: Arc::new(options.clone()),
             linker: Arc::new(linker),
             live_instances: Arc::default(),
             per_plugin: Arc::default(),
-            _ticker: Arc::new(Ticker {
-                stop,
-                thread: Some(thread),
-            }),
+            ticker: Arc::new(ticker),
         })
     }
 

@@ -10,6 +10,7 @@ use wasmtime::Store;
 use wasmtime::component::{ComponentType, Func, Lower};
 
 use super::bindings::kinformer::plugin::types as wit;
+use super::epoch::EpochClock;
 use super::host::HostState;
 use super::{Error, LogLine, Result, bindings, controller_bindings};
 use crate::delta::{Delta, DeltaType};
@@ -150,6 +151,8 @@ pub struct PluginInstance {
     pub(super) store: Store<HostState>,
     pub(super) plugin: Exports,
     pub(super) call_timeout: std::time::Duration,
+    /// Keeps the engine's epoch ticking while a call runs.
+    pub(super) clock: EpochClock,
     pub(super) poisoned: bool,
 }
 
@@ -342,8 +345,10 @@ impl PluginInstance {
                 .budget
                 .resume(pause, Instant::now(), super::component::thread_cpu_time);
         }
+        let running = self.clock.enter();
         super::component::start_call(&mut self.store, self.call_timeout);
         let outcome = f(&self.plugin, &mut self.store);
+        drop(running);
         (self.store.data_mut().budget).stop(Instant::now(), super::component::thread_cpu_time);
         match outcome {
             Ok(Ok(value)) => Ok(value),

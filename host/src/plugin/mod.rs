@@ -31,6 +31,7 @@ mod compile;
 mod component;
 mod deadline;
 mod engine;
+mod epoch;
 mod host;
 mod instance;
 mod log;
