@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 
+use super::epoch::{EpochClock, Running};
 use super::host::HostState;
 use super::instance::LiveInstance;
 use super::instance::{Exports, Handler};
@@ -96,8 +97,7 @@ impl PluginComponent {
         let call_timeout = options.limits.call_timeout;
         store.epoch_deadline_callback(at_epoch_tick);
         let clock = self.engine.ticker.clock().clone();
-        let running = clock.enter();
-        start_call(&mut store, call_timeout);
+        let running = start_call(&mut store, &clock, call_timeout);
         let plugin = match &self.pre {
             Pre::Handler(pre) => Handler::instantiate(&mut store, pre).map(Exports::Handler),
             Pre::Controller(pre) => pre.instantiate(&mut store).map(Exports::Controller),
@@ -121,11 +121,17 @@ impl PluginComponent {
 }
 
 /// Starts a call (or the component's start-up) of at most `timeout`, looked
-/// at by [`at_epoch_tick`] from the next tick on, while the caller holds the
-/// engine's ticker awake (`EpochClock::enter`).
-pub(super) fn start_call(store: &mut Store<HostState>, timeout: std::time::Duration) {
+/// at by [`at_epoch_tick`] from the next tick on: the engine's ticker stays
+/// awake until the returned guard is dropped, when the call ends.
+pub(super) fn start_call<'c>(
+    store: &mut Store<HostState>,
+    clock: &'c EpochClock,
+    timeout: std::time::Duration,
+) -> Running<'c> {
+    let running = clock.enter();
     store.data_mut().deadline.start_call(timeout);
     store.set_epoch_deadline(1);
+    running
 }
 
 /// At every epoch tick while the plugin runs: pauses it if its CPU share is

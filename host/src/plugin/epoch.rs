@@ -44,13 +44,13 @@ pub(super) struct Ticker {
 
 /// What a call needs of the ticker: a way to say it runs.
 #[derive(Debug, Clone)]
-pub(crate) struct EpochClock {
+pub(super) struct EpochClock {
     shared: Arc<Shared>,
     ticker: Thread,
 }
 
 /// A call running: the ticker stays awake until it is dropped.
-pub(crate) struct Running<'a>(&'a Shared);
+pub(super) struct Running<'a>(&'a Shared);
 
 impl Ticker {
     /// Starts ticking `engine`'s epoch.
@@ -88,7 +88,7 @@ impl Drop for Ticker {
 
 impl EpochClock {
     /// Marks a call (or a start-up) as running, waking a parked ticker.
-    pub(crate) fn enter(&self) -> Running<'_> {
+    pub(super) fn enter(&self) -> Running<'_> {
         let shared = &*self.shared;
         shared.running.fetch_add(1, Ordering::SeqCst);
         shared.started.fetch_add(1, Ordering::Relaxed);
@@ -186,12 +186,18 @@ mod tests {
         within(|| clock.parks() > parks && clock.shared.parked.load(Ordering::SeqCst))
     }
 
-    #[test]
-    fn an_idle_ticker_parks_and_a_call_wakes_it_for_as_long_as_it_runs() {
+    /// A ticker of a fresh engine, once it parked for want of calls.
+    fn idle_ticker() -> (Engine, Ticker) {
         let engine = Engine::default();
         let ticker = Ticker::start(&engine).expect("ticker");
+        assert!(parked(ticker.clock(), 0), "never parked");
+        (engine, ticker)
+    }
+
+    #[test]
+    fn an_idle_ticker_parks_and_a_call_wakes_it_for_as_long_as_it_runs() {
+        let (_engine, ticker) = idle_ticker();
         let clock = ticker.clock().clone();
-        assert!(parked(&clock, 0), "never parked");
         let ticks = clock.ticks();
         std::thread::sleep(EPOCH_TICK * 5);
         assert_eq!(clock.ticks(), ticks, "a parked ticker ticked");
@@ -210,10 +216,8 @@ mod tests {
 
     #[test]
     fn calls_that_keep_starting_keep_the_ticker_awake() {
-        let engine = Engine::default();
-        let ticker = Ticker::start(&engine).expect("ticker");
+        let (_engine, ticker) = idle_ticker();
         let clock = ticker.clock().clone();
-        assert!(parked(&clock, 0), "never parked");
         drop(clock.enter());
         let (parks, ticks) = (clock.parks(), clock.ticks());
         assert!(
@@ -233,9 +237,7 @@ mod tests {
 
     #[test]
     fn dropping_the_ticker_stops_a_parked_thread() {
-        let engine = Engine::default();
-        let ticker = Ticker::start(&engine).expect("ticker");
-        assert!(parked(ticker.clock(), 0), "never parked");
+        let (_engine, ticker) = idle_ticker();
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             drop(ticker);

@@ -345,8 +345,7 @@ impl PluginInstance {
                 .budget
                 .resume(pause, Instant::now(), super::component::thread_cpu_time);
         }
-        let running = self.clock.enter();
-        super::component::start_call(&mut self.store, self.call_timeout);
+        let running = super::component::start_call(&mut self.store, &self.clock, self.call_timeout);
         let outcome = f(&self.plugin, &mut self.store);
         drop(running);
         (self.store.data_mut().budget).stop(Instant::now(), super::component::thread_cpu_time);
