@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::GroupVersionKind;
 use wasmtime::Store;
-use wasmtime::component::{ComponentType, Func, Lower};
+use wasmtime::component::{ComponentType, Lower, TypedFunc};
 
 use super::bindings::kinformer::plugin::types as wit;
 use super::epoch::EpochClock;
@@ -29,7 +29,9 @@ pub(super) enum Exports {
 /// than with copies of it.
 pub(super) struct Handler {
     bindings: bindings::Writer,
-    handle: Func,
+    /// Type-checked once, at instantiation. `TypedFunc` is covariant in its
+    /// parameters, so the `'static` one takes a batch borrowed for a call.
+    handle: TypedFunc<HandleParams<'static>, HandleResults>,
 }
 
 /// `handle`'s parameters and results.
@@ -44,11 +46,11 @@ impl Handler {
     ) -> wasmtime::Result<Self> {
         let instance = pre.instance_pre().instantiate(&mut *store)?;
         let bindings = bindings::Writer::new(&mut *store, &instance)?;
+        // Checked here, so a component that does not match fails to start.
         let handle = instance
             .get_func(&mut *store, "handle")
-            .ok_or_else(|| wasmtime::format_err!("the component exports no `handle`"))?;
-        // Checked here, so a component that does not match fails to start.
-        handle.typed::<HandleParams<'_>, HandleResults>(&*store)?;
+            .ok_or_else(|| wasmtime::format_err!("the component exports no `handle`"))?
+            .typed(&*store)?;
         Ok(Self { bindings, handle })
     }
 
@@ -57,7 +59,7 @@ impl Handler {
         store: &mut Store<HostState>,
         batch: &[DeltaRef<'_>],
     ) -> wasmtime::Result<Result<(), wit::Error>> {
-        let handle = self.handle.typed::<HandleParams<'_>, HandleResults>(&*store)?;
+        let handle: TypedFunc<HandleParams<'_>, HandleResults> = self.handle;
         let (handled,) = handle.call(&mut *store, (batch,))?;
         Ok(handled)
     }
