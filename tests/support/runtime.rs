@@ -173,16 +173,16 @@ pub fn server_changes(server: &ApiServer, resource: &ResourceId) -> BTreeMap<Str
 /// The server's changes count up to the last one the record holds: a watch
 /// hands changes out in resourceVersion order, so every earlier one must be
 /// there, while the emulation's kubelet and ReplicaSet controller may still
-/// change pods after the record caught up and before the plugin stopped.
+/// change pods after the record caught up and before the plugin stopped. That
+/// the record reached the server's end is the caller's wait ([`caught_up`]).
 pub fn assert_record_matches_server(record: &[Logged], server: &BTreeMap<String, Vec<(String, u64)>>) {
     let last_seen = record.iter().map(|logged| logged.rv).max().unwrap_or(0);
     let server: BTreeMap<&str, Vec<(String, u64)>> = server
         .iter()
-        .map(|(key, changes)| {
-            let seen = changes.iter().filter(|(_, rv)| *rv <= last_seen).cloned().collect();
-            (key.as_str(), seen)
+        .filter_map(|(key, changes)| {
+            let seen: Vec<_> = changes.iter().filter(|(_, rv)| *rv <= last_seen).cloned().collect();
+            (!seen.is_empty()).then_some((key.as_str(), seen))
         })
-        .filter(|(_, changes): &(&str, Vec<_>)| !changes.is_empty())
         .collect();
     let mut per_key: BTreeMap<&str, Vec<&Logged>> = BTreeMap::new();
     for logged in record {
