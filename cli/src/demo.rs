@@ -130,8 +130,10 @@ pub fn write_plugins(dir: &Path, plugins: &[(&str, &[u8])]) -> Result<(), Error>
 /// When the directory holds no plugin, or the emulated cluster cannot be
 /// started or reached.
 pub async fn run(config: &DemoConfig) -> Result<Vec<PluginStatus>, Error> {
-    if kinformer::runtime::plugin_files(&config.runtime.plugins)?.is_empty() {
-        return Err(Error::NoPlugins(config.runtime.plugins.clone()));
+    if let Some(dir) = &config.runtime.plugins
+        && kinformer::runtime::plugin_files(dir)?.is_empty()
+    {
+        return Err(Error::NoPlugins(dir.clone()));
     }
 
     // The emulated cluster, its kubeconfig, and its workload.

@@ -19,6 +19,7 @@ use crate::reflector::{Reflector, ReflectorConfig, ReflectorStatus, WatchErrorHo
 
 /// Why an informer could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The API server does not serve the resource.
     #[error("cannot resolve {group}/{version} {kind} on the API server")]

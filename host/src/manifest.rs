@@ -75,6 +75,7 @@ use crate::limits::{
 
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The file exists but could not be read: not a regular file, too large,
     /// or an I/O error.
@@ -423,6 +424,102 @@ mod tests {
 
     fn gvk(group: &str, version: &str, kind: &str) -> GroupVersionKind {
         GroupVersionKind::gvk(group, version, kind)
+    }
+
+    /// The defaults block of the manifest reference (`docs/manifest.md`).
+    fn documented_defaults() -> String {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/manifest.md");
+        let page = std::fs::read_to_string(path).expect("docs/manifest.md is the manifest reference");
+        let block = page
+            .split("<!-- defaults: begin -->")
+            .nth(1)
+            .and_then(|rest| rest.split("<!-- defaults: end -->").next())
+            .expect("the reference marks its defaults block");
+        block
+            .lines()
+            .filter(|line| !line.starts_with("```"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn the_manifest_reference_gives_every_limit_and_failure_key_with_the_code_s_default() {
+        let text = documented_defaults();
+        assert_eq!(
+            parse(&text).expect("the documented defaults parse"),
+            Manifest::default(),
+            "docs/manifest.md's defaults differ from the code's"
+        );
+        // Every key is there: destructured whole, a new field fails to compile
+        // here until the reference (and this list) names it.
+        let file: File = toml::from_str(&text).expect("the documented defaults parse");
+        let LimitsFile {
+            call_timeout_ms,
+            cpu_millicores,
+            memory_mib,
+            query_objects,
+            query_bytes,
+            log_lines_per_second,
+            queue_capacity,
+            max_batch,
+            batch_window_ms,
+            writes_per_second,
+            write_burst,
+            write_timeout_ms,
+            module_mib,
+            compile_timeout_ms,
+            sync_timeout_ms,
+            max_subscriptions,
+            max_indexes,
+            max_instances,
+        } = file.limits.expect("the reference has a [limits] table");
+        let limits = [
+            ("call-timeout-ms", call_timeout_ms.is_some()),
+            ("cpu-millicores", cpu_millicores.is_some()),
+            ("memory-mib", memory_mib.is_some()),
+            ("query-objects", query_objects.is_some()),
+            ("query-bytes", query_bytes.is_some()),
+            ("log-lines-per-second", log_lines_per_second.is_some()),
+            ("queue-capacity", queue_capacity.is_some()),
+            ("max-batch", max_batch.is_some()),
+            ("batch-window-ms", batch_window_ms.is_some()),
+            ("writes-per-second", writes_per_second.is_some()),
+            ("write-burst", write_burst.is_some()),
+            ("write-timeout-ms", write_timeout_ms.is_some()),
+            ("module-mib", module_mib.is_some()),
+            ("compile-timeout-ms", compile_timeout_ms.is_some()),
+            ("sync-timeout-ms", sync_timeout_ms.is_some()),
+            ("max-subscriptions", max_subscriptions.is_some()),
+            ("max-indexes", max_indexes.is_some()),
+            ("max-instances", max_instances.is_some()),
+        ];
+        let FailuresFile {
+            on_error,
+            retries,
+            retry_backoff_ms,
+            restart_backoff_ms,
+            max_restarts,
+            restart_window_seconds,
+        } = file.failures.expect("the reference has a [failures] table");
+        let failures = [
+            ("on-error", on_error.is_some()),
+            ("retries", retries.is_some()),
+            ("retry-backoff-ms", retry_backoff_ms.is_some()),
+            ("restart-backoff-ms", restart_backoff_ms.is_some()),
+            ("max-restarts", max_restarts.is_some()),
+            ("restart-window-seconds", restart_window_seconds.is_some()),
+        ];
+        let missing: Vec<&str> = limits
+            .iter()
+            .chain(&failures)
+            .filter(|(_, given)| !given)
+            .map(|(key, _)| *key)
+            .collect();
+        assert!(missing.is_empty(), "docs/manifest.md's defaults lack {missing:?}");
+        assert!(
+            file.mode.is_some() && file.config.is_some(),
+            "the defaults give mode and config"
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The rows of the table, numbered as in the README: each sets up its cluster, measures both sides and adds its lines.
+//! The rows of the table, numbered as in docs/benchmarks.md: each sets up its cluster, measures both sides and adds its lines.
 
 mod churn;
 mod compile;

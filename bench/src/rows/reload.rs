@@ -30,7 +30,7 @@ pub(super) async fn rows(table: &mut Table, sizes: &Sizes) -> anyhow::Result<()>
             let target = digest(&bytes);
             std::fs::write(&file, &bytes)?;
             let started = Instant::now();
-            runtime.reconcile().await;
+            runtime.rescan().await;
             while runtime
                 .status()
                 .first()

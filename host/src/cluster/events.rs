@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::WriteError;
 use super::request::{EventType, ObjectRef, cut};
-use crate::workqueue::TokenBucket;
+use crate::rate::TokenBucket;
 
 /// A repeat this soon after the last occurrence counts in the same Event.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(10 * 60);

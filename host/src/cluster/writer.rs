@@ -19,7 +19,7 @@ use super::request::{Body, EventType, ObjectRef, Prepared, Propagation, WriteReq
 use crate::grant::{Grant, Verb, WriteMode};
 use crate::leader::Leadership;
 use crate::limits::Limits;
-use crate::workqueue::TokenBucket;
+use crate::rate::TokenBucket;
 
 /// How much of an error message a record and an audit line keep.
 const KEPT_MESSAGE_LEN: usize = 512;
@@ -92,15 +92,22 @@ impl Cluster {
     }
 
     fn over(connection: Connection) -> Self {
-        let instance = std::env::var("HOSTNAME")
-            .ok()
-            .filter(|name| !name.is_empty() && name.len() <= 128 && name.chars().all(|c| c.is_ascii_graphic()))
-            .unwrap_or_else(|| "kinformer".to_owned());
         Self {
             connection,
-            instance: instance.into(),
+            instance: "kinformer".into(),
             leadership: Leadership::always(),
         }
+    }
+
+    /// Names this host in the Events its writers record
+    /// (`reportingInstance`), e.g. the pod's name; `kinformer` by default. A
+    /// name that is empty, over 128 bytes or not printable ASCII is ignored.
+    #[must_use]
+    pub fn with_instance(mut self, instance: &str) -> Self {
+        if !instance.is_empty() && instance.len() <= 128 && instance.chars().all(|c| c.is_ascii_graphic()) {
+            self.instance = instance.into();
+        }
+        self
     }
 
     /// Sends writes only while `leadership` says this replica leads; others

@@ -67,7 +67,9 @@ pub(super) fn engine_config(options: &EngineOptions) -> wasmtime::Result<Config>
         .wasm_tail_call(false);
     if let Some(dir) = &options.cache_dir {
         let mut cache = wasmtime::CacheConfig::new();
-        cache.with_directory(dir);
+        // wasmtime takes only absolute cache paths; a path as the user typed
+        // it is taken relative to the working directory, as everywhere else.
+        cache.with_directory(std::path::absolute(dir)?);
         config.cache(Some(wasmtime::Cache::new(cache)?));
     }
     if let Some(instances) = options.pooled_instances {
@@ -118,6 +120,13 @@ impl PluginEngine {
             per_plugin: Arc::default(),
             ticker: Arc::new(ticker),
         })
+    }
+
+    /// True when `component` was compiled by this engine (or a clone of it):
+    /// only such a component can be instantiated by it.
+    #[must_use]
+    pub fn compiled(&self, component: &PluginComponent) -> bool {
+        Engine::same(&self.engine, &component.engine.engine)
     }
 
     /// How many plugin instances (each with its own store) are alive.

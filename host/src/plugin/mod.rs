@@ -48,7 +48,6 @@ pub use compile::run_compile_process;
 pub use component::PluginComponent;
 pub use engine::{EngineOptions, PluginEngine};
 pub use instance::PluginInstance;
-pub(crate) use log::TokenBucket;
 pub use log::{LogLine, LogSink};
 
 /// The WIT world a plugin implements, with its version. A component of the
@@ -82,6 +81,7 @@ mod controller_bindings {
 
 /// Why a plugin could not be loaded or called.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The engine could not be configured.
     #[error("failed to set up the wasm engine")]

@@ -1,6 +1,6 @@
 //! The plugin directory: which files are plugins, what one plugin's files hold
 //! (read once: bytes, digest, manifest), and the debounced watch that triggers
-//! a reconcile after each burst of changes.
+//! a rescan after each burst of changes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use super::Error;
 use crate::file::{FileError, read_regular};
 use crate::limits::Limits;
 use crate::manifest::{self, Manifest};
-use crate::plugin::{digest, plugin_name};
+use crate::plugin::{PluginComponent, digest, plugin_name};
 
 /// What identifies a version of a plugin in the directory: the digest of its
 /// file and the text of its manifest. A version is tried once; it is not tried
@@ -34,8 +34,11 @@ pub(super) struct PluginFiles {
     pub(super) fingerprint: Fingerprint,
     /// Its manifest, parsed (the defaults without one).
     pub(super) manifest: Result<Manifest, manifest::Error>,
-    /// Its size and modification time when read.
+    /// Its size and modification time when read; `None` for an embedder's
+    /// plugin.
     pub(super) stamp: Option<Stamp>,
+    /// The compiled component, when an embedder gave one.
+    pub(super) component: Option<PluginComponent>,
 }
 
 /// A file's size and modification time: a file whose stamp moved while it was
@@ -118,16 +121,17 @@ pub(super) fn scan(dir: &Path) -> Result<BTreeMap<String, PluginFiles>, Error> {
                 fingerprint: Fingerprint { digest, manifest: text },
                 manifest,
                 stamp: after,
+                component: None,
             },
         );
     }
     Ok(plugins)
 }
 
-/// Watches `dir` and calls `reconcile` after each burst of changes: once the
+/// Watches `dir` and calls `rescan` after each burst of changes: once the
 /// directory was quiet for `quiet`, or at the latest `max_wait` after the first
 /// change, so a file written continuously cannot starve reloading. The watch
-/// ends when `reconcile` returns false or the task is aborted.
+/// ends when `rescan` returns false or the task is aborted.
 ///
 /// # Errors
 ///
@@ -136,7 +140,7 @@ pub(super) fn watch<F, Fut>(
     dir: &Path,
     quiet: Duration,
     max_wait: Duration,
-    mut reconcile: F,
+    mut rescan: F,
 ) -> Result<tokio::task::JoinHandle<()>, Error>
 where
     F: FnMut() -> Fut + Send + 'static,
@@ -175,7 +179,7 @@ where
                     Err(_) => break,
                 }
             }
-            if !reconcile().await {
+            if !rescan().await {
                 return;
             }
         }

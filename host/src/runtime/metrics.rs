@@ -16,8 +16,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use super::reconciler::Reconciler;
 use super::status::{PluginState, PluginStatus};
+use super::supervisor::Supervisor;
 use crate::informer::InformerStats;
 use crate::leader::LeaderStatus;
 use crate::workqueue::{BUCKET_BOUNDS, DurationHistogram};
@@ -36,29 +36,34 @@ struct Scrape {
 /// Reads the runtime's counters on each scrape.
 #[derive(Debug)]
 struct RuntimeCollector {
-    reconciler: Weak<Reconciler>,
+    supervisor: Weak<Supervisor>,
 }
 
 impl Collector for RuntimeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
-        let Some(reconciler) = self.reconciler.upgrade() else {
+        let Some(supervisor) = self.supervisor.upgrade() else {
             return Ok(());
         };
         let scrape = Scrape {
-            plugins: reconciler.status(),
-            informers: reconciler.factory.stats(),
-            leader: reconciler.election.clone().map(|leadership| leadership.status()),
+            plugins: supervisor.status(),
+            informers: supervisor.factory.stats(),
+            leader: supervisor.election.clone().map(|leadership| leadership.status()),
         };
-        drop(reconciler);
+        drop(supervisor);
         scrape.encode(&mut encoder)
     }
 }
 
 /// The registry `/metrics` encodes: the runtime's collector.
-pub(super) fn registry(reconciler: Weak<Reconciler>) -> Registry {
+pub(super) fn registry(supervisor: Weak<Supervisor>) -> Registry {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(RuntimeCollector { reconciler }));
+    register(&mut registry, supervisor);
     registry
+}
+
+/// Adds the runtime's collector to `registry`.
+pub(super) fn register(registry: &mut Registry, supervisor: Weak<Supervisor>) {
+    registry.register_collector(Box::new(RuntimeCollector { supervisor }));
 }
 
 /// The metrics in Prometheus' text format.

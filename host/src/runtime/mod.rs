@@ -45,7 +45,7 @@
 //! see `metrics`), and the probes `/healthz` and `/readyz`.
 //!
 //! The pieces, in the order a plugin meets them: `directory` (which files are
-//! plugins, reading them once, the debounced watch), `reconciler` (the
+//! plugins, reading them once, the debounced watch), `supervisor` (the
 //! directory → running plugins loop), `version` (one version started: `init`,
 //! the grant's review, informers synced), `worker` (the thread that serves a
 //! version's deltas), `lifecycle` (the pure restart, quarantine and rollback
@@ -54,10 +54,12 @@
 
 mod controller;
 mod directory;
+mod embedded;
 mod lifecycle;
 mod metrics;
-mod reconciler;
+mod server;
 mod status;
+mod supervisor;
 mod version;
 mod worker;
 
@@ -73,9 +75,10 @@ use crate::plugin::{EngineOptions, LogSink, PluginEngine};
 
 pub use controller::keys_for;
 pub use directory::plugin_files;
+pub use embedded::EmbeddedPlugin;
 pub use status::{PluginState, PluginStatus};
 
-use reconciler::Reconciler;
+use supervisor::Supervisor;
 
 /// An error as the log and the status show it: on one line, its plugin-chosen
 /// parts (messages, backtrace names) sanitised and its length capped.
@@ -85,6 +88,7 @@ pub(crate) fn error_text(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// Why the runtime or one plugin could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The plugin directory could not be read.
     #[error("{path}: cannot read the plugin directory")]
@@ -153,6 +157,13 @@ pub enum Error {
     /// The leader election settings cannot work.
     #[error("leader election: {0}")]
     LeaderElection(String),
+    /// An embedder's plugin was compiled by another engine than the
+    /// runtime's ([`Runtime::engine`]).
+    #[error("{plugin}: the component was compiled by another engine than the runtime's")]
+    ForeignComponent {
+        /// The plugin.
+        plugin: String,
+    },
     /// The worker thread could not be started.
     #[error("{plugin}: cannot start its worker thread")]
     Thread {
@@ -166,9 +177,13 @@ pub enum Error {
 
 /// Settings of the runtime.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct RuntimeConfig {
-    /// The plugin directory.
-    pub plugins: PathBuf,
+    /// The plugin directory, when plugins come from one.
+    pub plugins: Option<PathBuf>,
+    /// Plugins given in code, run beside the directory's (see
+    /// [`EmbeddedPlugin`]).
+    pub embedded: Vec<EmbeddedPlugin>,
     /// Confine every plugin (and every informer) to this namespace.
     pub namespace: Option<String>,
     /// How the engine compiles and allocates.
@@ -194,12 +209,19 @@ pub struct RuntimeConfig {
     /// (a write grant, or the controller world) run only while this replica
     /// leads; the others run all along. `None`: this replica always leads.
     pub leader_election: Option<LeaderElectionConfig>,
+    /// This host's name in the Events plugins record (`reportingInstance`),
+    /// e.g. the pod's name; `kinformer` when `None`.
+    pub instance: Option<String>,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RuntimeConfig")
             .field("plugins", &self.plugins)
+            .field(
+                "embedded",
+                &self.embedded.iter().map(EmbeddedPlugin::name).collect::<Vec<_>>(),
+            )
             .field("namespace", &self.namespace)
             .field("engine", &self.engine)
             .field("log_sink", &self.log_sink.is_some())
@@ -209,6 +231,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("max_wait", &self.max_wait)
             .field("status_address", &self.status_address)
             .field("leader_election", &self.leader_election)
+            .field("instance", &self.instance)
             .finish()
     }
 }
@@ -221,23 +244,29 @@ impl RuntimeConfig {
     #[must_use]
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
-            plugins: dir.into(),
-            engine: EngineOptions::default(),
-            namespace: None,
-            log_sink: None,
-            observer: None,
-            watch: true,
-            quiet: Duration::from_millis(200),
-            max_wait: Duration::from_secs(2),
-            status_address: None,
-            leader_election: None,
+            plugins: Some(dir.into()),
+            ..Self::default()
         }
+    }
+
+    /// Adds a plugin given in code ([`RuntimeConfig::embedded`]).
+    #[must_use]
+    pub fn plugin(mut self, plugin: EmbeddedPlugin) -> Self {
+        self.embedded.push(plugin);
+        self
     }
 
     /// Sets [`RuntimeConfig::leader_election`].
     #[must_use]
     pub fn leader_election(mut self, config: LeaderElectionConfig) -> Self {
         self.leader_election = Some(config);
+        self
+    }
+
+    /// Sets [`RuntimeConfig::instance`].
+    #[must_use]
+    pub fn instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
         self
     }
 
@@ -284,12 +313,34 @@ impl RuntimeConfig {
     }
 }
 
+impl Default for RuntimeConfig {
+    /// No plugin directory and no plugins: add them with
+    /// [`RuntimeConfig::plugin`], or later with [`Runtime::add_plugin`];
+    /// otherwise as [`RuntimeConfig::new`].
+    fn default() -> Self {
+        Self {
+            plugins: None,
+            embedded: Vec::new(),
+            engine: EngineOptions::default(),
+            namespace: None,
+            log_sink: None,
+            observer: None,
+            watch: true,
+            quiet: Duration::from_millis(200),
+            max_wait: Duration::from_secs(2),
+            status_address: None,
+            leader_election: None,
+            instance: None,
+        }
+    }
+}
+
 /// Sees each batch a plugin is about to handle, with the plugin's name.
 pub type BatchObserver = Arc<dyn Fn(&str, &[Delta]) + Send + Sync>;
 
-/// The running plugins of one directory.
+/// The running plugins: those of a directory, and those an embedder gave.
 pub struct Runtime {
-    reconciler: Arc<Reconciler>,
+    supervisor: Arc<Supervisor>,
     watcher: Option<tokio::task::JoinHandle<()>>,
     /// The leader election, when configured, and the task that starts and
     /// stops the writing plugins as leading starts and ends.
@@ -301,7 +352,7 @@ pub struct Runtime {
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
-            .field("dir", &self.reconciler.dir)
+            .field("dir", &self.supervisor.dir)
             .finish_non_exhaustive()
     }
 }
@@ -309,7 +360,7 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Starts every plugin of the directory against the cluster `client` talks
     /// to, then (with [`RuntimeConfig::watch`]) follows the directory. Returns
-    /// once every plugin was tried, as [`Runtime::reconcile`] does; the status
+    /// once every plugin was tried, as [`Runtime::rescan`] does; the status
     /// endpoint, when configured, answers from the start. A plugin that cannot
     /// start is logged and shows as [`PluginState::Failed`] in
     /// [`Runtime::status`].
@@ -319,60 +370,69 @@ impl Runtime {
     /// When the engine cannot be set up, the directory cannot be read or
     /// watched, or the status address cannot be bound.
     pub async fn start(client: kube::Client, config: RuntimeConfig) -> Result<Self, Error> {
+        Self::start_with(SharedInformerFactory::new(client), config).await
+    }
+
+    /// As [`Runtime::start`], with the plugins' informers taken from
+    /// `factory`: an embedder that watches a resource through the same
+    /// factory shares one list and watch with the plugins.
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::start`]; also when an embedded plugin's component was
+    /// compiled by another engine.
+    pub async fn start_with(factory: SharedInformerFactory, config: RuntimeConfig) -> Result<Self, Error> {
         let engine = PluginEngine::with_options(&config.engine)?;
         if let Some(reason) = config.leader_election.as_ref().and_then(LeaderElectionConfig::invalid) {
             return Err(Error::LeaderElection(reason));
         }
         let election = config
             .leader_election
-            .map(|election| LeaderElection::start(client.clone(), election));
+            .clone()
+            .map(|election| LeaderElection::start(factory.client().clone(), election));
         let leadership = election.as_ref().map(LeaderElection::leadership);
-        let reconciler = Arc::new(Reconciler::new(
-            engine,
-            SharedInformerFactory::new(client),
-            config.plugins.clone(),
-            config.namespace,
-            config.log_sink,
-            config.observer,
-            leadership.clone(),
-        ));
+        let supervisor = Arc::new(Supervisor::new(engine, factory, &config, leadership.clone()));
+        for plugin in config.embedded {
+            supervisor.embed(plugin)?;
+        }
         let election = election.zip(leadership).map(|(election, mut leadership)| {
-            let weak = Arc::downgrade(&reconciler);
+            let weak = Arc::downgrade(&supervisor);
             let follower = tokio::spawn(async move {
                 while let Some(leading) = leadership.changed().await {
-                    let Some(reconciler) = weak.upgrade() else { break };
-                    drop(reconciler.follow_leadership(leading).await);
+                    let Some(supervisor) = weak.upgrade() else { break };
+                    drop(supervisor.follow_leadership(leading).await);
                 }
             });
             (election, follower)
         });
-        // Fail early on a directory that cannot be read.
-        if plugin_files(&reconciler.dir)?.is_empty() {
-            tracing::warn!(dir = %reconciler.dir.display(), "no plugins (*.wasm) in the plugin directory");
-        }
-        // Watch before the first scan, so no change slips between the two.
-        let watcher = if config.watch {
-            let weak = Arc::downgrade(&reconciler);
-            Some(directory::watch(
-                &reconciler.dir,
-                config.quiet,
-                config.max_wait,
-                move || {
-                    let weak = weak.clone();
-                    async move {
-                        let Some(reconciler) = weak.upgrade() else { return false };
-                        // The loads go on by themselves: the next change is
-                        // not held up by a plugin slow to load.
-                        drop(reconciler.reconcile().await);
-                        true
-                    }
-                },
-            )?)
-        } else {
-            None
+        let watcher = match &supervisor.dir {
+            Some(dir) => {
+                // Fail early on a directory that cannot be read.
+                if plugin_files(dir)?.is_empty() {
+                    tracing::warn!(dir = %dir.display(), "no plugins (*.wasm) in the plugin directory");
+                }
+                // Watch before the first scan, so no change slips between the two.
+                config
+                    .watch
+                    .then(|| {
+                        let weak = Arc::downgrade(&supervisor);
+                        directory::watch(dir, config.quiet, config.max_wait, move || {
+                            let weak = weak.clone();
+                            async move {
+                                let Some(supervisor) = weak.upgrade() else { return false };
+                                // The loads go on by themselves: the next change is
+                                // not held up by a plugin slow to load.
+                                drop(supervisor.rescan().await);
+                                true
+                            }
+                        })
+                    })
+                    .transpose()?
+            }
+            None => None,
         };
         let mut runtime = Self {
-            reconciler,
+            supervisor,
             watcher,
             election,
             status_address: None,
@@ -384,18 +444,67 @@ impl Runtime {
                 .map_err(|source| Error::Status { address, source })?;
             runtime.status_address = Some(bound);
         }
-        runtime.reconcile().await;
+        runtime.rescan().await;
         Ok(runtime)
     }
 
-    /// Brings the running plugins in line with the directory now: loads new
+    /// Runs `plugin` beside the directory's plugins (instead of a directory
+    /// file of the same name), and returns once it was tried, as
+    /// [`Runtime::rescan`] does. A plugin of the same name added before is
+    /// replaced as a changed file is: its new version is loaded beside the
+    /// running one and swapped in between two batches.
+    ///
+    /// # Errors
+    ///
+    /// When the plugin's component was compiled by another engine than
+    /// [`Runtime::engine`]. A plugin that fails to load is no error here: it
+    /// shows as [`PluginState::Failed`] in [`Runtime::status`], as a broken
+    /// file of the directory does.
+    pub async fn add_plugin(&self, plugin: EmbeddedPlugin) -> Result<(), Error> {
+        self.supervisor.embed(plugin)?;
+        self.rescan().await;
+        Ok(())
+    }
+
+    /// Drains and unloads the embedder's plugin `name`; false when there is
+    /// none. A directory file of the same name, if there is one, runs again.
+    pub async fn remove_plugin(&self, name: &str) -> bool {
+        let removed = self.supervisor.embedded().remove(name).is_some();
+        if removed {
+            self.rescan().await;
+        }
+        removed
+    }
+
+    /// The engine plugins are compiled and run by: compile an
+    /// [`EmbeddedPlugin::from_component`]'s component with it.
+    #[must_use]
+    pub fn engine(&self) -> &PluginEngine {
+        &self.supervisor.engine
+    }
+
+    /// The informer factory the plugins' informers come from.
+    #[must_use]
+    pub fn informers(&self) -> &SharedInformerFactory {
+        &self.supervisor.factory
+    }
+
+    /// Registers the runtime's metrics (those `/metrics` serves) into an
+    /// embedder's `registry`, read from the runtime's counters at each scrape;
+    /// they read nothing once the runtime is shut down.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        metrics::register(registry, Arc::downgrade(&self.supervisor));
+    }
+
+    /// Brings the running plugins in line with the directory (and the
+    /// embedder's plugins) now: loads new
     /// files, reloads changed files and manifests, unloads removed files, and
     /// returns once each plugin of the directory was tried (each load is
     /// bounded by its plugin's limits, and the plugins load side by side). The
     /// directory watch does this by itself without waiting; call it to apply a
     /// change at once.
-    pub async fn reconcile(&self) {
-        for load in self.reconciler.reconcile().await {
+    pub async fn rescan(&self) {
+        for load in self.supervisor.rescan().await {
             load.wait().await;
         }
     }
@@ -417,7 +526,7 @@ impl Runtime {
     /// The status of every plugin, by name.
     #[must_use]
     pub fn status(&self) -> Vec<PluginStatus> {
-        self.reconciler.status()
+        self.supervisor.status()
     }
 
     /// True when every plugin handles deltas (none starting, restarting,
@@ -430,13 +539,13 @@ impl Runtime {
     /// How many plugin instances (stores) are alive.
     #[must_use]
     pub fn live_instances(&self) -> usize {
-        self.reconciler.engine.live_instances()
+        self.supervisor.engine.live_instances()
     }
 
     /// How many informers run for the plugins.
     #[must_use]
     pub fn running_informers(&self) -> usize {
-        self.reconciler.factory.running_count()
+        self.supervisor.factory.running_count()
     }
 
     /// Serves the plugins' status as JSON at `GET /plugins` on `address`; returns
@@ -446,10 +555,10 @@ impl Runtime {
     ///
     /// When the address cannot be bound.
     pub async fn serve_status(&self, address: std::net::SocketAddr) -> std::io::Result<std::net::SocketAddr> {
-        status::serve(
+        server::serve(
             address,
-            Arc::downgrade(&self.reconciler),
-            self.reconciler.stop.subscribe(),
+            Arc::downgrade(&self.supervisor),
+            self.supervisor.stop.subscribe(),
         )
         .await
     }
@@ -467,8 +576,8 @@ impl Runtime {
             follower.abort();
             election
         });
-        let _ = self.reconciler.stop.send(true);
-        let threads: Vec<JoinHandle<()>> = self.reconciler.take_threads();
+        let _ = self.supervisor.stop.send(true);
+        let threads: Vec<JoinHandle<()>> = self.supervisor.take_threads();
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
         for thread in threads {
             while !thread.is_finished() && tokio::time::Instant::now() < deadline {
@@ -484,7 +593,7 @@ impl Runtime {
         if let Some(election) = election {
             election.release(SHUTDOWN_GRACE).await;
         }
-        self.reconciler.status()
+        self.supervisor.status()
     }
 }
 
@@ -501,6 +610,6 @@ impl Drop for Runtime {
         if let Some((_, follower)) = &self.election {
             follower.abort();
         }
-        let _ = self.reconciler.stop.send(true);
+        let _ = self.supervisor.stop.send(true);
     }
 }

@@ -1,21 +1,20 @@
 //! What each plugin is doing and has done: its state, digests and counters,
-//! kept by the reconciler and the worker, and served as JSON over HTTP.
+//! kept by the supervisor and the worker, and served as JSON over HTTP.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Serialize, Serializer};
 
-use super::reconciler::Reconciler;
 use crate::cluster::WriteRecord;
-use crate::leader::Leadership;
 use crate::plugin::{LogLine, plugin_name};
 use crate::registration::Registration;
 use crate::workqueue::{DurationHistogram, WorkQueueStats};
 
 /// Where a plugin is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub enum PluginState {
     /// Compiling, starting or waiting for its caches to sync.
     Starting,
@@ -43,6 +42,7 @@ pub(super) const STATUS_INTENTS: usize = 32;
 /// What one plugin is doing and has done.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct PluginStatus {
     /// The plugin's name (its file stem).
     pub name: String,
@@ -197,93 +197,6 @@ fn registered_version<S: Serializer>(registration: &Option<Registration>, serial
         .as_ref()
         .map(|registration| registration.version.as_str())
         .serialize(serializer)
-}
-
-/// Serves, until `stopped` turns true and while the runtime lives:
-///
-/// - `GET /plugins`: every plugin's status (without the log lines), a JSON array;
-/// - `GET /leader`: who leads (`null` without leader election);
-/// - `GET /metrics`: the Prometheus metrics ([`super::metrics`]);
-/// - `GET /healthz`: 200 while the plugins' workers and the informers run;
-/// - `GET /readyz`: 503 until the directory was loaded (each plugin running,
-///   failed or standing by) and every informer synced, then 200.
-///
-/// Returns the address bound.
-pub(super) async fn serve(
-    address: std::net::SocketAddr,
-    reconciler: Weak<Reconciler>,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) -> std::io::Result<std::net::SocketAddr> {
-    use axum::http::{StatusCode, header::CONTENT_TYPE};
-    use axum::routing::get;
-
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    let bound = listener.local_addr()?;
-    let json = |body: String| ([(CONTENT_TYPE, "application/json")], body);
-    let probe = |ok: bool| {
-        if ok {
-            (StatusCode::OK, "ok\n")
-        } else {
-            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-        }
-    };
-    let registry = Arc::new(super::metrics::registry(reconciler.clone()));
-    let app = axum::Router::new()
-        .route(
-            "/plugins",
-            get({
-                let reconciler = reconciler.clone();
-                move || async move {
-                    let plugins = reconciler.upgrade().map(|r| r.status()).unwrap_or_default();
-                    json(serde_json::to_string(&plugins).unwrap_or_else(|_| "[]".to_owned()))
-                }
-            }),
-        )
-        .route(
-            "/leader",
-            get({
-                let reconciler = reconciler.clone();
-                move || async move {
-                    let leader = reconciler
-                        .upgrade()
-                        .and_then(|r| r.election.as_ref().map(Leadership::status));
-                    json(serde_json::to_string(&leader).unwrap_or_else(|_| "null".to_owned()))
-                }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || async move {
-                (
-                    [(
-                        CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    super::metrics::render(&registry),
-                )
-            }),
-        )
-        .route(
-            "/healthz",
-            get({
-                let reconciler = reconciler.clone();
-                move || async move { probe(reconciler.upgrade().is_some_and(|r| r.healthy())) }
-            }),
-        )
-        .route(
-            "/readyz",
-            get(move || async move { probe(reconciler.upgrade().is_some_and(|r| r.ready())) }),
-        );
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        };
-        if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
-            tracing::warn!(%error, "status endpoint stopped");
-        }
-    });
-    tracing::info!(address = %bound, "plugin status at http://{bound}/plugins, metrics at /metrics");
-    Ok(bound)
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ pub(super) enum Command {
     Stop,
 }
 
-/// The reconciler's handle on a worker.
+/// The supervisor's handle on a worker.
 pub(super) struct WorkerHandle {
     pub(super) commands: tokio::sync::mpsc::UnboundedSender<Command>,
     pub(super) thread: JoinHandle<()>,
@@ -226,7 +226,7 @@ impl Worker {
         });
     }
 
-    /// Carries out a command from the reconciler.
+    /// Carries out a command from the supervisor.
     fn command(&mut self, command: Command) -> Event {
         match command {
             Command::Unload => Event::Unload,
@@ -586,7 +586,7 @@ impl Worker {
 /// The budget of a plugin's error lines in the host's log: error messages are
 /// the plugin's words and must not flood the log any more than its log lines.
 struct ErrorLines {
-    budget: crate::plugin::TokenBucket,
+    budget: crate::rate::TokenBucket,
     suppressed: u64,
 }
 
@@ -594,14 +594,14 @@ impl ErrorLines {
     /// Five lines a second.
     fn new() -> Self {
         Self {
-            budget: crate::plugin::TokenBucket::new(5),
+            budget: crate::rate::TokenBucket::per_second(5),
             suppressed: 0,
         }
     }
 
     /// `Some(lines suppressed since the last one)` when a line may be logged.
     fn take(&mut self) -> Option<u64> {
-        if self.budget.take() {
+        if self.budget.try_take(tokio::time::Instant::now()) {
             Some(std::mem::take(&mut self.suppressed))
         } else {
             self.suppressed += 1;

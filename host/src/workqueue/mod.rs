@@ -30,7 +30,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use queue::QueueState;
-pub(crate) use rate_limiter::TokenBucket;
 pub use rate_limiter::{RateLimiter, RateLimiterConfig};
 pub use stats::{BUCKET_BOUNDS, DurationHistogram, WorkQueueStats};
 

@@ -320,13 +320,13 @@ async fn the_demo_runs_the_example_plugins_against_the_emulated_cluster() {
 
 #[test]
 fn the_readme_plugin_is_the_node_watcher_example() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let snippet = readme
         .split("```rust\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
         .expect("the README has a rust block");
-    let source = include_str!("../plugins/node-watcher/src/lib.rs");
+    let source = include_str!("../../plugins/node-watcher/src/lib.rs");
     assert!(
         source.ends_with(snippet),
         "README's plugin differs from plugins/node-watcher"

@@ -88,7 +88,7 @@ async fn twenty_swaps_under_churn_lose_no_key_and_the_last_version_reconciles_ev
         let version = &versions[(swap % 2) as usize];
         publish(d, "ctl.toml", quick_manifest(&format!("v{swap}")).as_bytes());
         publish(d, "ctl.wasm", version);
-        runtime.reconcile().await;
+        runtime.rescan().await;
         let expected = digest(version);
         until(&format!("swap {swap} to go live"), Duration::from_secs(30), || {
             let status = plugin_status(&runtime, "ctl");

@@ -1,4 +1,4 @@
-//! The directory reconciler: brings the running plugins in line with what the
+//! The supervisor: brings the running plugins in line with what the
 //! plugin directory holds — loads new files, prepares changed ones beside the
 //! running version and hands them to its worker, unloads removed ones.
 //!
@@ -14,17 +14,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::directory::{self, Fingerprint, PluginFiles};
+use super::embedded::EmbeddedPlugin;
 use super::status::{PluginState, PluginStatus, STATUS_LOG_LINES, SharedStatus, update};
 use super::version::{Context, Version, blocking};
 use super::worker::{Command, Worker, WorkerHandle};
-use super::{BatchObserver, Error};
+use super::{BatchObserver, Error, RuntimeConfig};
 use crate::cluster::Cluster;
 use crate::grant::Scope;
 use crate::informer::SharedInformerFactory;
 use crate::leader::Leadership;
 use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
 
-/// A plugin the reconciler knows, by name.
+/// A plugin the supervisor knows, by name.
 struct Plugin {
     status: SharedStatus,
     /// The version last tried, whether it loaded or not: not tried again until
@@ -74,11 +75,15 @@ struct Load {
 
 /// The runtime's shared part: what every plugin of the directory runs with, and
 /// the plugins themselves.
-pub(super) struct Reconciler {
+pub(super) struct Supervisor {
     pub(super) engine: PluginEngine,
     pub(super) factory: SharedInformerFactory,
     pub(super) cluster: Cluster,
-    pub(super) dir: PathBuf,
+    /// The plugin directory, when plugins come from one.
+    pub(super) dir: Option<PathBuf>,
+    /// The embedder's plugins, by name: run beside the directory's, and
+    /// instead of a directory file of the same name.
+    embedded: Mutex<BTreeMap<String, EmbeddedPlugin>>,
     pub(super) scope: Scope,
     pub(super) namespace: Option<String>,
     pub(super) log_sink: Option<LogSink>,
@@ -90,43 +95,65 @@ pub(super) struct Reconciler {
     /// Set once the directory was scanned: every plugin of it is known.
     scanned: std::sync::atomic::AtomicBool,
     plugins: Mutex<BTreeMap<String, Plugin>>,
-    /// Held while the directory is reconciled: one reconciliation at a time.
-    reconciling: tokio::sync::Mutex<()>,
+    /// Held while the directory is rescanned: one rescan at a time.
+    rescanning: tokio::sync::Mutex<()>,
     pub(super) stop: tokio::sync::watch::Sender<bool>,
 }
 
-impl Reconciler {
+impl Supervisor {
+    /// The supervisor of `config`'s plugins, run by `engine` on `factory`'s
+    /// informers; `election` when this replica takes part in one.
     pub(super) fn new(
         engine: PluginEngine,
         factory: SharedInformerFactory,
-        dir: PathBuf,
-        namespace: Option<String>,
-        log_sink: Option<LogSink>,
-        observer: Option<BatchObserver>,
+        config: &RuntimeConfig,
         election: Option<Leadership>,
     ) -> Self {
         let leadership = election.clone().unwrap_or_else(Leadership::always);
+        let namespace = config.namespace.clone();
         let scope = namespace.as_ref().map_or_else(Scope::all, |ns| Scope::only([ns]));
         Self {
             engine,
-            cluster: Cluster::new(factory.client().clone()).with_leadership(leadership.clone()),
+            cluster: Cluster::new(factory.client().clone())
+                .with_leadership(leadership.clone())
+                .with_instance(config.instance.as_deref().unwrap_or("kinformer")),
             leadership,
             factory,
-            dir,
+            dir: config.plugins.clone(),
+            embedded: Mutex::default(),
             scope,
             namespace,
-            log_sink,
-            observer,
+            log_sink: config.log_sink.clone(),
+            observer: config.observer.clone(),
             election,
             scanned: std::sync::atomic::AtomicBool::new(false),
             plugins: Mutex::new(BTreeMap::new()),
-            reconciling: tokio::sync::Mutex::new(()),
+            rescanning: tokio::sync::Mutex::new(()),
             stop: tokio::sync::watch::channel(false).0,
         }
     }
 
     fn plugins(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Plugin>> {
         self.plugins.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds (or replaces) an embedder's plugin; it loads at the next rescan.
+    pub(super) fn embed(&self, plugin: EmbeddedPlugin) -> Result<(), Error> {
+        if plugin
+            .component()
+            .is_some_and(|component| !self.engine.compiled(component))
+        {
+            return Err(Error::ForeignComponent {
+                plugin: plugin.name().to_owned(),
+            });
+        }
+        self.embedded().insert(plugin.name().to_owned(), plugin);
+        Ok(())
+    }
+
+    /// The embedder's plugins, by name.
+    pub(super) fn embedded(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, EmbeddedPlugin>> {
+        self.embedded.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Every plugin's status, by name.
@@ -164,19 +191,26 @@ impl Reconciler {
             .collect()
     }
 
-    /// Brings the plugins in line with the directory: unloads removed plugins
+    /// Brings the plugins in line with the directory and the embedder's
+    /// plugins: unloads removed plugins
     /// and starts a load of each new or changed one (a load of an older
     /// version still running is dropped). Returns the loads now running for
     /// the directory's versions, without waiting for them.
-    pub(super) async fn reconcile(self: &Arc<Self>) -> Vec<Done> {
-        let _one_at_a_time = self.reconciling.lock().await;
-        let wanted = match directory::scan(&self.dir) {
-            Ok(wanted) => wanted,
-            Err(error) => {
+    pub(super) async fn rescan(self: &Arc<Self>) -> Vec<Done> {
+        let _one_at_a_time = self.rescanning.lock().await;
+        let mut wanted = match self.dir.as_deref().map(directory::scan) {
+            Some(Ok(wanted)) => wanted,
+            Some(Err(error)) => {
                 tracing::warn!(error = %super::error_text(&error), "cannot scan the plugin directory");
                 BTreeMap::new()
             }
+            None => BTreeMap::new(),
         };
+        for (name, plugin) in self.embedded().iter() {
+            if wanted.insert(name.clone(), plugin.files()).is_some() {
+                tracing::warn!(plugin = %name, "the directory holds a plugin of the embedder's plugin's name: the embedder's runs");
+            }
+        }
 
         // Removed files: drain and unload.
         let removed: Vec<Plugin> = {
@@ -190,7 +224,7 @@ impl Reconciler {
         };
         for plugin in removed {
             let name = update(&plugin.status, |status| status.name.clone());
-            tracing::info!(plugin = %name, "plugin file removed: draining and unloading");
+            tracing::info!(plugin = %name, "plugin removed: draining and unloading");
             if let Some(loading) = plugin.loading {
                 loading.task.abort();
             }
@@ -235,11 +269,11 @@ impl Reconciler {
                 component: plugin.component.clone(),
                 compiling: Arc::clone(&plugin.compiling),
             };
-            let reconciler = Arc::clone(self);
+            let supervisor = Arc::clone(self);
             let task = tokio::spawn(async move {
                 let _finished = finished;
-                reconciler.apply(&name, files, load).await;
-                reconciler.loaded(&name, &fingerprint);
+                supervisor.apply(&name, files, load).await;
+                supervisor.loaded(&name, &fingerprint);
             });
             let done = Done(done);
             loads.push(done.clone());
@@ -281,6 +315,7 @@ impl Reconciler {
             fingerprint,
             manifest,
             stamp,
+            component: given,
         } = files;
         let manifest = match manifest {
             Ok(manifest) => manifest,
@@ -297,7 +332,7 @@ impl Reconciler {
                 return;
             }
         };
-        let component = match component.filter(|component| component.digest() == fingerprint.digest) {
+        let component = match given.or(component.filter(|component| component.digest() == fingerprint.digest)) {
             Some(component) => component,
             None => {
                 let engine = self.engine.clone();
@@ -326,7 +361,7 @@ impl Reconciler {
                     Err(error) => {
                         // A file still being written fails to compile: wait for it.
                         tokio::time::sleep(Duration::from_millis(100)).await;
-                        if directory::stamp(&file) != stamp {
+                        if stamp.is_some() && directory::stamp(&file) != stamp {
                             tracing::info!(plugin = %name, "plugin file still changing; waiting for it to settle");
                             return;
                         }
@@ -395,7 +430,7 @@ impl Reconciler {
 
     /// Leaves a writing plugin waiting until this replica leads, unless it
     /// leads: true when it waits. Asked and marked under the plugins' lock,
-    /// which [`Reconciler::follow_leadership`] takes once leading began, so a
+    /// which [`Supervisor::follow_leadership`] takes once leading began, so a
     /// plugin that waits is started then.
     fn stand_by(
         &self,
@@ -425,9 +460,9 @@ impl Reconciler {
                 plugin.standby = false;
                 plugin.applied = None;
             }
-            return self.reconcile().await;
+            return self.rescan().await;
         }
-        let _one_at_a_time = self.reconciling.lock().await;
+        let _one_at_a_time = self.rescanning.lock().await;
         let stopping: Vec<(SharedStatus, Option<WorkerHandle>)> = self
             .plugins()
             .values_mut()

@@ -28,7 +28,7 @@ fn config_maps() -> ResourceId {
 /// The manifest config-reloader ships with, its deployment writes narrowed
 /// to `ns-0`, and no log rate limit.
 fn reloader_manifest() -> String {
-    let shipped = include_str!("../plugins/config-reloader/manifest.toml");
+    let shipped = include_str!("../../plugins/config-reloader/manifest.toml");
     let narrowed = shipped.replace(
         "resources = [\"apps/v1/Deployment\"]",
         "resources = [\"apps/v1/Deployment\"]\nnamespaces = [\"ns-0\"]",

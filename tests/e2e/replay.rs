@@ -197,7 +197,7 @@ async fn loaded_cluster_recording() -> (apiserver_sim::ApiServer, Vec<u8>) {
 async fn a_controller_replayed_prints_the_writes_it_would_make_and_makes_none() {
     let (server, recorded) = loaded_cluster_recording().await;
     let dir = tempfile::tempdir().unwrap();
-    let manifest = include_str!("../plugins/hpa-controller/manifest.toml");
+    let manifest = include_str!("../../plugins/hpa-controller/manifest.toml");
     install(dir.path(), "hpa", "hpa-controller.wasm", Some(manifest));
     let plugin = dir.path().join("hpa.wasm");
 

@@ -155,7 +155,7 @@ async fn bad_files_are_rejected_while_the_running_version_keeps_serving() {
     }
     // Not retried until the file changes.
     let rejected = plugin_status(&runtime, "rec");
-    runtime.reconcile().await;
+    runtime.rescan().await;
     assert_eq!(plugin_status(&runtime, "rec").reloads, rejected.reloads);
     churn.abort();
     runtime.shutdown().await;
@@ -179,7 +179,7 @@ async fn a_version_that_fails_init_or_traps_at_once_is_rolled_back() {
     let refusing = variant(&good, 3);
     publish(d, "rec.toml", quick_manifest("refuse").as_bytes());
     publish(d, "rec.wasm", &refusing);
-    runtime.reconcile().await;
+    runtime.rescan().await;
     let status = plugin_status(&runtime, "rec");
     assert_eq!(status.running_digest, Some(digest(&good)));
     assert_eq!(status.rejected_digest, Some(digest(&refusing)));
@@ -190,7 +190,7 @@ async fn a_version_that_fails_init_or_traps_at_once_is_rolled_back() {
     let trapping = variant(&good, 4);
     publish(d, "rec.toml", quick_manifest("trap-every-3rd").as_bytes());
     publish(d, "rec.wasm", &trapping);
-    runtime.reconcile().await;
+    runtime.rescan().await;
     until("the rollback", Duration::from_secs(20), || {
         plugin_status(&runtime, "rec").rollbacks == 1
     })
@@ -208,7 +208,7 @@ async fn a_version_that_fails_init_or_traps_at_once_is_rolled_back() {
             .any(|line| line.starts_with("good Updated"))
     })
     .await;
-    runtime.reconcile().await;
+    runtime.rescan().await;
     assert_eq!(plugin_status(&runtime, "rec").reloads, 1);
     churn.abort();
     runtime.shutdown().await;
@@ -232,7 +232,7 @@ async fn two_hundred_reloads_leave_one_instance_and_unloading_releases_everythin
     // Manifest-only changes: a new instance each time, no recompiling.
     for reload in 1..=200_u64 {
         publish(d, "rec.toml", quick_manifest(&format!("record={reload}")).as_bytes());
-        runtime.reconcile().await;
+        runtime.rescan().await;
         running(&runtime, "rec", &digest(&hostile()), reload).await;
     }
     until("old instances to be dropped", Duration::from_secs(5), || {
@@ -243,7 +243,7 @@ async fn two_hundred_reloads_leave_one_instance_and_unloading_releases_everythin
 
     // Removing the file drains and unloads the plugin and frees its informer.
     std::fs::remove_file(d.join("rec.wasm")).unwrap();
-    runtime.reconcile().await;
+    runtime.rescan().await;
     assert!(runtime.status().is_empty());
     until("the instance and informer to go", Duration::from_secs(5), || {
         runtime.live_instances() == 0 && runtime.running_informers() == 0

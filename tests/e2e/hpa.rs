@@ -14,7 +14,7 @@ use serde_json::json;
 
 /// The manifest the demo ships, with a short sync period and window.
 fn granted_manifest() -> String {
-    let shipped = include_str!("../plugins/hpa-controller/manifest.toml");
+    let shipped = include_str!("../../plugins/hpa-controller/manifest.toml");
     shipped.replace(
         "config = \"sync-seconds=5,stabilization-seconds=30\"",
         "config = \"sync-seconds=1,stabilization-seconds=4\"",

@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! cargo build -p plugin-artifacts   # builds plugins/ into components
-//! cargo run -p kinformer-cli --example load_plugin -- target/wasm-plugins/wasm32-wasip2/wasm-plugin/delta_logger.wasm
+//! cargo run -p kinformer --example load_plugin -- target/wasm-plugins/wasm32-wasip2/wasm-plugin/delta_logger.wasm
 //! ```
 
 use std::sync::Arc;

@@ -188,7 +188,7 @@ async fn readyz_waits_for_the_caches_and_the_metrics_follow_what_the_plugins_do(
         "pods.wasm",
         &plugin_artifacts::variant(plugin_artifacts::DELTA_LOGGER, 1),
     );
-    runtime.reconcile().await;
+    runtime.rescan().await;
     until("the new version never swapped in", Duration::from_secs(30), || {
         runtime.status().iter().any(|s| s.name == "pods" && s.reloads == 1)
     })

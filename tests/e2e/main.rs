@@ -1,0 +1,18 @@
+//! The end-to-end tests, one module per area, in one test binary: the host,
+//! the example plugins as real components, the API server emulation and the
+//! CLI's library linked once.
+
+mod controller;
+mod docs;
+mod guest_controllers;
+mod guests;
+mod hpa;
+mod informers;
+mod metrics;
+mod plugins;
+mod reload;
+mod replay;
+mod runtime;
+mod scaffold;
+mod tenants;
+mod writes;
