@@ -33,6 +33,8 @@ pub struct Report {
     pub writes: Vec<WriteRule>,
     /// Whether its writes are made or dry runs.
     pub mode: WriteMode,
+    /// The namespaces whose objects it sees; `None` for every namespace.
+    pub namespaces: Option<Vec<String>>,
 }
 
 /// Checks the plugin file `plugin`: its manifest, its component, its `init`
@@ -75,6 +77,11 @@ pub fn check_with(engine: &PluginEngine, plugin: &Path, config: Option<&str>) ->
         limits: manifest.limits,
         writes: manifest.grant.writes().to_vec(),
         mode: manifest.mode,
+        namespaces: manifest
+            .grant
+            .namespaces()
+            .namespaces()
+            .map(|names| names.iter().cloned().collect()),
     })
 }
 
@@ -134,6 +141,14 @@ impl fmt::Display for Report {
                 write!(f, ", resync every {} s", resync.as_secs())?;
             }
             writeln!(f)?;
+        }
+        match &self.namespaces {
+            None => writeln!(f, "  sees every namespace")?,
+            Some(names) => writeln!(
+                f,
+                "  sees namespaces {} only (grant.namespaces): deltas of others are not delivered",
+                names.join(", ")
+            )?,
         }
         for subscription in &self.review.subscriptions {
             let gvk = &subscription.gvk;

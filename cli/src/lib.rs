@@ -4,6 +4,7 @@
 //! apart from argument parsing so that tests use them directly.
 
 pub mod check;
+#[cfg(feature = "emulation")]
 pub mod demo;
 pub mod rbac;
 pub mod recording;

@@ -64,9 +64,33 @@ pub struct Outcome {
     pub errors: u64,
     /// The trap that stopped the replay, if the plugin trapped.
     pub trap: Option<String>,
+    /// Deltas of subscribed resources not handed over: their namespace is
+    /// outside the grant's `namespaces`.
+    pub outside_grant: u64,
 }
 
 impl Outcome {
+    /// The replay's last line: what was handed over, what the grant hid, and
+    /// how the calls went.
+    #[must_use]
+    pub fn summary(&self, recorded: usize) -> String {
+        let mut line = format!("replayed {} deltas of {recorded}", self.delivered);
+        if self.reconciles > 0 {
+            line.push_str(&format!(", {} reconciles", self.reconciles));
+        }
+        line.push_str(&format!(": {} errors", self.errors));
+        if self.trap.is_some() {
+            line.push_str(", trapped");
+        }
+        if self.outside_grant > 0 {
+            line.push_str(&format!(
+                "; {} deltas were in namespaces outside the plugin's grant (grant.namespaces) and not handed over",
+                self.outside_grant
+            ));
+        }
+        line
+    }
+
     /// The process's exit code: 0 when every delta was handled (every key
     /// reconciled), 2 when `handle` or `reconcile` returned errors, 3 when
     /// the plugin trapped.
@@ -284,7 +308,11 @@ pub fn replay(
                     .is_none_or(|namespace| delta.object.namespace() == Some(namespace))
                 && selector.matches(&delta.object.labels())
         });
-        if !wanted || !scope.contains(&delta.object) {
+        if !wanted {
+            continue;
+        }
+        if !scope.contains(&delta.object) {
+            run.outcome.outside_grant += 1;
             continue;
         }
         run.outcome.delivered += 1;
