@@ -10,9 +10,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use kinformer::caches::Caches;
 use kinformer::grant::{Review, WriteMode, WriteRule};
+use kinformer::indexer::indexer;
 use kinformer::manifest::Manifest;
 use kinformer::plugin::{PluginEngine, PluginOptions};
 use kinformer::registration::Registration;
+use kinformer::runtime::prepare;
 
 /// What a plugin registers, and what its grant makes of it.
 #[derive(Debug)]
@@ -23,6 +25,8 @@ pub struct Report {
     pub registration: Registration,
     /// The grant's review of it.
     pub review: Review,
+    /// Why the runtime could not serve what it gets, if it could not.
+    pub unservable: Option<String>,
     /// The file's size in bytes.
     pub size: u64,
     /// How long it took to compile.
@@ -68,10 +72,18 @@ pub fn check_with(engine: &PluginEngine, plugin: &Path, config: Option<&str>) ->
         .init(config)
         .with_context(|| format!("{} refused to start", plugin.display()))?;
     let review = manifest.grant.review(&registration);
+    // The caches the runtime would wire it to, empty: an index it cannot
+    // make, or a primary resource it is not granted, fails here as there.
+    let unservable = prepare::wire(&registration, &review, &manifest.grant, &Caches::new(), |_, _| {
+        indexer().0
+    })
+    .err()
+    .map(|error| error.to_string());
     Ok(Report {
         file: plugin.to_owned(),
         registration,
         review,
+        unservable,
         size,
         compile,
         limits: manifest.limits,
@@ -120,6 +132,9 @@ impl fmt::Display for Report {
         )?;
         if let Some(reason) = self.review.over_limits(limits) {
             writeln!(f, "  OVER LIMITS: {reason}; the runtime does not start it")?;
+        }
+        if let Some(reason) = &self.unservable {
+            writeln!(f, "  CANNOT START: {reason}; the runtime does not start it")?;
         }
         if let Some(controller) = &self.review.controller {
             let primary = &controller.primary;

@@ -44,10 +44,11 @@ use anyhow::Context as _;
 use kinformer::caches::Caches;
 use kinformer::cluster::{Cluster, Offline, WriteRecord};
 use kinformer::delta::{Delta, DeltaType};
-use kinformer::indexer::{IndexLease, Indexer, IndexerWriter, indexer};
+use kinformer::indexer::{Indexer, IndexerWriter, indexer};
 use kinformer::manifest::Manifest;
 use kinformer::plugin::{Error, LogLine, PluginEngine, PluginInstance, PluginOptions};
 use kinformer::registration::ControllerSpec;
+use kinformer::runtime::prepare;
 use kinformer_selector::Selector;
 use kube::api::GroupVersionKind;
 
@@ -240,50 +241,32 @@ pub fn replay(
     let registration = instance.init(config);
     print(&mut *out)?;
     let registration = registration.with_context(|| format!("{} refused to start", plugin.display()))?;
-    let review = manifest.grant.review(&registration);
-    for refusal in &review.refused {
-        tracing::warn!(plugin = %plugin.display(), "refused: {refusal}");
-    }
+    let cannot_start = || format!("{} cannot start", plugin.display());
+    let review =
+        prepare::review(component.name(), &manifest.grant, &registration, &limits).with_context(cannot_start)?;
 
     // What the plugin is handed: its granted subscriptions, as the runtime's
-    // informers and listeners would select them.
+    // informers and listeners would select them, from the caches the runtime
+    // would give it.
     let mut delivered: Vec<(GroupVersionKind, Option<String>, Selector)> = Vec::new();
-    let mut _indexes: Vec<IndexLease> = Vec::new();
-    for subscription in &review.subscriptions {
-        let reader = caches.writer(&subscription.gvk).reader();
-        if subscription.deliver {
-            let selector = Selector::parse(subscription.label_selector.as_deref().unwrap_or(""))?;
-            delivered.push((subscription.gvk.clone(), subscription.namespace.clone(), selector));
-        }
-        let mut aliases = std::collections::HashMap::new();
-        for index in review.indexes.iter().filter(|index| index.gvk == subscription.gvk) {
-            let lease = reader.lease_index(&index.field_path)?;
-            aliases.insert(index.name.clone(), lease.name().to_owned());
-            _indexes.push(lease);
-        }
-        caches.caches.insert(subscription.gvk.clone(), reader.aliased(aliases));
+    for subscription in review.subscriptions.iter().filter(|subscription| subscription.deliver) {
+        let selector = Selector::parse(subscription.label_selector.as_deref().unwrap_or(""))?;
+        delivered.push((subscription.gvk.clone(), subscription.namespace.clone(), selector));
     }
+    let queried = caches.caches.clone();
+    let wiring = prepare::wire(&registration, &review, &manifest.grant, &queried, |_, subscription| {
+        caches.writer(&subscription.gvk).reader()
+    })
+    .with_context(cannot_start)?;
     let scope = manifest.grant.namespaces();
-    let mut target = match (registration.controller, review.controller) {
-        (None, _) => Target::Handler,
-        (Some(spec), None) => anyhow::bail!(
-            "{}: the controller's primary resource {} {} is not granted",
-            plugin.display(),
-            spec.primary.api_version(),
-            spec.primary.kind
-        ),
-        (Some(_), Some(spec)) => {
-            let primary = caches
-                .caches
-                .get(&spec.primary)
-                .context("the primary resource is among the subscriptions")?
-                .scoped(scope);
-            Target::Controller {
-                spec,
-                primary,
-                initial: BTreeSet::new(),
-            }
-        }
+    let _indexes = wiring.indexes;
+    let mut target = match wiring.controller {
+        None => Target::Handler,
+        Some((spec, primary)) => Target::Controller {
+            spec,
+            primary,
+            initial: BTreeSet::new(),
+        },
     };
 
     let mut run = Run {

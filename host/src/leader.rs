@@ -70,22 +70,40 @@ impl LeaderElectionConfig {
         self
     }
 
-    /// Why these settings cannot work, if they cannot: as client-go checks,
-    /// the lease duration must exceed the renew deadline, which must exceed
-    /// the retry period (times its jitter, 1.2).
-    #[must_use]
-    pub fn invalid(&self) -> Option<String> {
+    /// Checks that these settings can work, as client-go does: the lease
+    /// duration must exceed the renew deadline, which must exceed the retry
+    /// period (times its jitter, 1.2).
+    ///
+    /// # Errors
+    ///
+    /// The first setting that cannot work.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.identity.is_empty() {
-            return Some("the leader election identity is empty".into());
+            return Err(ConfigError::NoIdentity);
         }
         if self.lease_duration <= self.renew_deadline {
-            return Some("the lease duration must be longer than the renew deadline".into());
+            return Err(ConfigError::LeaseNotLongerThanRenewDeadline);
         }
         if self.renew_deadline <= self.retry_period.mul_f64(JITTER) {
-            return Some("the renew deadline must be longer than 1.2 retry periods".into());
+            return Err(ConfigError::RenewDeadlineTooShort);
         }
-        None
+        Ok(())
     }
+}
+
+/// Why leader election settings cannot work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No identity: replicas could not tell who holds the Lease.
+    #[error("the leader election identity is empty")]
+    NoIdentity,
+    /// A leader could lose the Lease before it notices it failed to renew.
+    #[error("the lease duration must be longer than the renew deadline")]
+    LeaseNotLongerThanRenewDeadline,
+    /// The leader would give up before its retries could renew.
+    #[error("the renew deadline must be longer than 1.2 retry periods")]
+    RenewDeadlineTooShort,
 }
 
 /// Client-go's jitter factor of the retry period.
@@ -652,11 +670,11 @@ mod tests {
 
     #[test]
     fn settings_that_cannot_work_are_refused() {
-        assert_eq!(config("a").invalid(), None);
+        assert_eq!(config("a").validate(), Ok(()));
         let equal = config("a").durations(Duration::from_secs(10), Duration::from_secs(10), Duration::from_secs(2));
-        assert!(equal.invalid().is_some());
+        assert_eq!(equal.validate(), Err(ConfigError::LeaseNotLongerThanRenewDeadline));
         let tight = config("a").durations(Duration::from_secs(15), Duration::from_secs(2), Duration::from_secs(2));
-        assert!(tight.invalid().is_some());
-        assert!(config("").invalid().is_some());
+        assert_eq!(tight.validate(), Err(ConfigError::RenewDeadlineTooShort));
+        assert_eq!(config("").validate(), Err(ConfigError::NoIdentity));
     }
 }

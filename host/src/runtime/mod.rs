@@ -57,6 +57,7 @@ mod directory;
 mod embedded;
 mod lifecycle;
 mod metrics;
+pub mod prepare;
 mod server;
 mod status;
 mod supervisor;
@@ -156,7 +157,7 @@ pub enum Error {
     },
     /// The leader election settings cannot work.
     #[error("leader election: {0}")]
-    LeaderElection(String),
+    LeaderElection(#[from] crate::leader::ConfigError),
     /// An embedder's plugin was compiled by another engine than the
     /// runtime's ([`Runtime::engine`]).
     #[error("{plugin}: the component was compiled by another engine than the runtime's")]
@@ -383,8 +384,8 @@ impl Runtime {
     /// compiled by another engine.
     pub async fn start_with(factory: SharedInformerFactory, config: RuntimeConfig) -> Result<Self, Error> {
         let engine = PluginEngine::with_options(&config.engine)?;
-        if let Some(reason) = config.leader_election.as_ref().and_then(LeaderElectionConfig::invalid) {
-            return Err(Error::LeaderElection(reason));
+        if let Some(election) = &config.leader_election {
+            election.validate()?;
         }
         let election = config
             .leader_election

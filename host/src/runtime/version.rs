@@ -2,24 +2,25 @@
 //! registration reviewed, informers started and synced) and ready to take
 //! deltas; and the listener queues a version reads them from.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use kube::api::GroupVersionKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Error;
+use super::prepare::{self, PrepareError};
 use super::status::{SharedStatus, update};
 use crate::caches::Caches;
 use crate::cluster::{Cluster, WriteObserver, WriteRecord};
 use crate::delta::Delta;
-use crate::grant::{Refusal, Scope};
+use crate::grant::Refusal;
 use crate::indexer::{IndexLease, Indexer};
 use crate::informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
 use crate::manifest::Manifest;
 use crate::plugin::{LogSink, PluginComponent, PluginInstance, PluginOptions};
 use crate::processor::{Listener, ListenerOptions};
 use crate::registration::{ControllerSpec, Registration};
+use crate::scope::Scope;
 
 /// A version of a plugin, started and registered.
 pub(super) struct Version {
@@ -92,16 +93,11 @@ impl Version {
             "plugin initialised"
         );
 
-        let review = grant.review(&registration);
-        for refusal in &review.refused {
-            tracing::warn!(plugin = %name, %refusal, "registration refused in part");
-        }
-        if let Some(reason) = review.over_limits(&manifest.limits) {
-            return Err(Error::Registration {
-                plugin: name.to_owned(),
-                reason,
-            });
-        }
+        let registration_error = |error: PrepareError| Error::Registration {
+            plugin: name.to_owned(),
+            reason: error.to_string(),
+        };
+        let review = prepare::review(name, &grant, &registration, &manifest.limits).map_err(registration_error)?;
         let mut informers: Vec<(SharedIndexInformer, bool)> = Vec::new();
         for subscription in &review.subscriptions {
             let mut key = InformerKey::new(subscription.gvk.clone());
@@ -116,52 +112,11 @@ impl Version {
             })?;
             informers.push((informer, subscription.deliver));
         }
-        // Its indexes, held while this version lives, by the names it gave
-        // them: another plugin's index of the same name is another index.
-        let mut aliases: HashMap<GroupVersionKind, HashMap<String, String>> = HashMap::new();
-        let mut indexes = Vec::new();
-        for index in &review.indexes {
-            if let Some((informer, _)) = informers.iter().find(|(informer, _)| informer.key().gvk == index.gvk) {
-                let lease = informer
-                    .cache()
-                    .lease_index(&index.field_path)
-                    .map_err(|error| Error::Registration {
-                        plugin: name.to_owned(),
-                        reason: error.to_string(),
-                    })?;
-                aliases
-                    .entry(index.gvk.clone())
-                    .or_default()
-                    .insert(index.name.clone(), lease.name().to_owned());
-                indexes.push(lease);
-            }
-        }
-        let cache_of = |informer: &SharedIndexInformer| {
-            let gvk = &informer.key().gvk;
-            informer.cache().aliased(aliases.get(gvk).cloned().unwrap_or_default())
-        };
-        for (informer, _) in &informers {
-            if caches.get(&informer.key().gvk).is_none() {
-                caches.insert(informer.key().gvk.clone(), cache_of(informer));
-            }
-        }
-        let controller = match (&registration.controller, review.controller) {
-            (None, _) => None,
-            (Some(spec), None) => {
-                return Err(Error::Registration {
-                    plugin: name.to_owned(),
-                    reason: format!(
-                        "the primary resource {} {} is not granted",
-                        spec.primary.api_version(),
-                        spec.primary.kind
-                    ),
-                });
-            }
-            (Some(_), Some(spec)) => informers
-                .iter()
-                .find(|(informer, _)| informer.key().gvk == spec.primary)
-                .map(|(informer, _)| (spec.clone(), cache_of(informer).scoped(grant.namespaces()))),
-        };
+        // One informer per subscription, in the review's order.
+        let wiring = prepare::wire(&registration, &review, &grant, &caches, |position, _| {
+            informers[position].0.cache()
+        })
+        .map_err(registration_error)?;
         wait_for_sync(name, &informers, manifest.limits.sync_timeout).await?;
         let listener_options = ListenerOptions::default()
             .queue_capacity(manifest.limits.queue_capacity)
@@ -172,11 +127,11 @@ impl Version {
             options,
             caches,
             informers,
-            _indexes: indexes,
+            _indexes: wiring.indexes,
             listener_options,
             registration,
             refused: review.refused,
-            controller,
+            controller: wiring.controller,
             instance: Some(instance),
         })
     }
