@@ -18,9 +18,9 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::grant::Scope;
 use crate::index::{FieldPath, IndexError, LABEL_INDEX_PREFIX, NAMESPACE_INDEX, OWNER_INDEX, check_definition};
 use crate::object::CachedObject;
+use crate::scope::Scope;
 use crate::selector::Selector;
 
 /// How an index computes an object's values.

@@ -77,6 +77,7 @@ pub mod rbac;
 pub mod reflector;
 pub mod registration;
 pub mod runtime;
+pub mod scope;
 pub mod text;
 pub mod workqueue;
 

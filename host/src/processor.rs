@@ -20,9 +20,9 @@ use kube::api::GroupVersionKind;
 use tokio::sync::Notify;
 
 use crate::delta::{Delta, DeltaType};
-use crate::grant::Scope;
 use crate::indexer::Indexer;
 use crate::object::CachedObject;
+use crate::scope::Scope;
 
 /// An empty live queue holding room for more deltas than this gives it back.
 const SHRINK_ABOVE: usize = 1024;

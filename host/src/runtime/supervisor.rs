@@ -20,10 +20,10 @@ use super::version::{Context, Version, blocking};
 use super::worker::{Command, Worker, WorkerHandle};
 use super::{BatchObserver, Error, RuntimeConfig};
 use crate::cluster::Cluster;
-use crate::grant::Scope;
 use crate::informer::SharedInformerFactory;
 use crate::leader::Leadership;
 use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
+use crate::scope::Scope;
 
 /// A plugin the supervisor knows, by name.
 struct Plugin {

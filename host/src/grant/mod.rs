@@ -2,7 +2,8 @@
 //! review of a plugin's registration against it.
 //!
 //! A [`Grant`] names resources (`apiVersion/Kind` patterns) and namespaces (a
-//! [`Scope`]). [`Grant::review`] decides, for a plugin's [`Registration`], which
+//! [`Scope`]). [`Grant::review`] decides, for a plugin's
+//! [`Registration`](crate::registration::Registration), which
 //! subscriptions and indexes it gets and which are refused, and why: the runtime
 //! starts what is accepted, `kinformer check` prints the same answer. Reads are
 //! enforced through the scope every cache read passes ([`crate::indexer::Indexer::scoped`])
@@ -13,87 +14,36 @@
 //! write passes before it is sent ([`crate::cluster::Writer`]). The default
 //! grant writes nothing.
 
-use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
 
 use kube::api::GroupVersionKind;
-use serde::{Deserialize, Serialize};
 
-use crate::index::{LABEL_INDEX_PREFIX, NAMESPACE_INDEX, OWNER_INDEX, check_definition};
-use crate::object::CachedObject;
-use crate::registration::{ControllerSpec, IndexSpec, Registration, Subscription};
-use crate::selector::Selector;
+mod review;
+mod write;
 
-/// The namespaces a reader may see. Cluster-scoped objects (no namespace) are in
-/// every scope: a scope restricts namespaced objects only.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Scope(Option<Arc<BTreeSet<String>>>);
+pub use crate::scope::Scope;
+pub use review::{Refusal, Review};
+pub use write::{Verb, WriteMode, WriteRule};
 
-impl Scope {
-    /// Every namespace.
-    #[must_use]
-    pub fn all() -> Self {
-        Self(None)
-    }
-
-    /// Only these namespaces.
-    #[must_use]
-    pub fn only(namespaces: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        Self(Some(Arc::new(namespaces.into_iter().map(Into::into).collect())))
-    }
-
-    /// True when every namespace is in scope.
-    #[must_use]
-    pub fn is_all(&self) -> bool {
-        self.0.is_none()
-    }
-
-    /// The namespaces in scope, `None` for all.
-    #[must_use]
-    pub fn namespaces(&self) -> Option<&BTreeSet<String>> {
-        self.0.as_deref()
-    }
-
-    /// True when `namespace` is in scope.
-    #[must_use]
-    pub fn allows(&self, namespace: &str) -> bool {
-        self.0.as_ref().is_none_or(|namespaces| namespaces.contains(namespace))
-    }
-
-    /// True when the object is in scope.
-    #[must_use]
-    pub fn contains(&self, object: &CachedObject) -> bool {
-        object.namespace().is_none_or(|namespace| self.allows(namespace))
-    }
-
-    /// True when the object with this cache key (`namespace/name`, or `name` for
-    /// cluster-scoped objects) is in scope.
-    #[must_use]
-    pub fn contains_key(&self, key: &str) -> bool {
-        key.split_once('/').is_none_or(|(namespace, _)| self.allows(namespace))
-    }
-
-    /// These namespaces, or every one when `*` is among them.
-    #[must_use]
-    pub fn from_names<'a>(namespaces: impl IntoIterator<Item = &'a str>) -> Self {
-        let namespaces: Vec<&str> = namespaces.into_iter().collect();
-        if namespaces.contains(&"*") {
-            Self::all()
-        } else {
-            Self::only(namespaces)
-        }
-    }
-
-    /// The narrower of the two scopes (their intersection).
-    #[must_use]
-    pub fn intersect(&self, other: &Self) -> Self {
-        match (&self.0, &other.0) {
-            (None, _) => other.clone(),
-            (_, None) => self.clone(),
-            (Some(a), Some(b)) => Self(Some(Arc::new(a.intersection(b).cloned().collect()))),
-        }
-    }
+/// Why a grant or a write rule cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GrantError {
+    /// A resource pattern is malformed.
+    #[error(
+        "resource {0:?}: want apiVersion/Kind (v1/Pod, apps/v1/Deployment, apps/v1/*) or *, \
+         and for writes apiVersion/Kind/subresource (apps/v1/Deployment/scale)"
+    )]
+    Malformed(String),
+    /// A read grant names a subresource.
+    #[error("resource {0:?}: reads name resources, not subresources")]
+    Subresource(String),
+    /// A write rule has no verb.
+    #[error("a write rule needs at least one verb")]
+    NoVerb,
+    /// A write rule has no resource.
+    #[error("a write rule needs at least one resource")]
+    NoResource,
 }
 
 /// Which resources and namespaces a plugin may watch and read, and what it
@@ -127,7 +77,7 @@ impl Grant {
     pub fn new<'a>(
         resources: impl IntoIterator<Item = &'a str>,
         namespaces: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, GrantError> {
         Self::from_parts(Some(resources), Some(namespaces))
     }
 
@@ -137,7 +87,7 @@ impl Grant {
     /// # Errors
     ///
     /// When a pattern is malformed.
-    pub fn from_parts<'a, R, N>(resources: Option<R>, namespaces: Option<N>) -> Result<Self, String>
+    pub fn from_parts<'a, R, N>(resources: Option<R>, namespaces: Option<N>) -> Result<Self, GrantError>
     where
         R: IntoIterator<Item = &'a str>,
         N: IntoIterator<Item = &'a str>,
@@ -150,7 +100,7 @@ impl Grant {
                         let parsed = ResourcePattern::parse(pattern)?;
                         match parsed.subresource {
                             None => Ok(parsed),
-                            Some(_) => Err(format!("resource {pattern:?}: reads name resources, not subresources")),
+                            Some(_) => Err(GrantError::Subresource(pattern.to_owned())),
                         }
                     })
                     .collect::<Result<Vec<_>, _>>()
@@ -193,7 +143,7 @@ impl Grant {
     /// assert!(!grant.allows_write(Verb::Patch, &deployments, None, Some("shop")));
     /// assert!(!grant.allows_write(Verb::Update, &deployments, Some("scale"), Some("shop")));
     /// assert!(!grant.allows_write(Verb::Patch, &deployments, Some("scale"), Some("payments")));
-    /// # Ok::<(), String>(())
+    /// # Ok::<(), kinformer::grant::GrantError>(())
     /// ```
     #[must_use]
     pub fn allows_write(
@@ -235,142 +185,6 @@ impl Grant {
     }
 }
 
-/// How a plugin's writes reach the cluster.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WriteMode {
-    /// Writes are made.
-    #[default]
-    Live,
-    /// Every write is sent with `dryRun=All`: the API server validates it and
-    /// answers as if it were made, and persists nothing.
-    DryRun,
-}
-
-/// What a write does, as the API server's RBAC names it (`apply` is a `patch`
-/// there; it is granted apart here, as server-side apply takes over fields).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verb {
-    /// Create an object (events are created too).
-    Create,
-    /// Replace an object or a subresource.
-    Update,
-    /// Patch an object or a subresource (JSON merge patch or JSON patch).
-    Patch,
-    /// Server-side apply to an object or a subresource.
-    Apply,
-    /// Delete an object.
-    Delete,
-}
-
-impl Verb {
-    /// The verb as written in a manifest: `create`, `update`, ...
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Create => "create",
-            Self::Update => "update",
-            Self::Patch => "patch",
-            Self::Apply => "apply",
-            Self::Delete => "delete",
-        }
-    }
-}
-
-impl fmt::Display for Verb {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One rule of a write grant: these verbs on these resources in these
-/// namespaces.
-///
-/// A resource pattern is `apiVersion/Kind[/subresource]`, `*` standing for any
-/// apiVersion or any kind. A pattern without a subresource grants the object
-/// only, not its subresources (`status`, `scale`): those are granted by name.
-/// A cluster-scoped object is written only under a rule for every namespace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteRule {
-    verbs: BTreeSet<Verb>,
-    resources: Vec<ResourcePattern>,
-    namespaces: Scope,
-}
-
-impl WriteRule {
-    /// A rule granting `verbs` on `resources` in `namespaces`.
-    ///
-    /// # Errors
-    ///
-    /// When a pattern is malformed, or there is no verb or no resource.
-    pub fn new<'a>(
-        verbs: impl IntoIterator<Item = Verb>,
-        resources: impl IntoIterator<Item = &'a str>,
-        namespaces: Scope,
-    ) -> Result<Self, String> {
-        let verbs: BTreeSet<Verb> = verbs.into_iter().collect();
-        let resources = resources
-            .into_iter()
-            .map(ResourcePattern::parse)
-            .collect::<Result<Vec<_>, _>>()?;
-        if verbs.is_empty() {
-            return Err("a write rule needs at least one verb".to_owned());
-        }
-        if resources.is_empty() {
-            return Err("a write rule needs at least one resource".to_owned());
-        }
-        Ok(Self {
-            verbs,
-            resources,
-            namespaces,
-        })
-    }
-
-    /// The verbs it grants, in order.
-    pub fn verbs(&self) -> impl Iterator<Item = Verb> + '_ {
-        self.verbs.iter().copied()
-    }
-
-    /// The namespaces it grants.
-    #[must_use]
-    pub fn namespaces(&self) -> &Scope {
-        &self.namespaces
-    }
-
-    /// The resources it grants.
-    #[must_use]
-    pub fn resources(&self) -> &[ResourcePattern] {
-        &self.resources
-    }
-
-    fn allows(&self, verb: Verb, gvk: &GroupVersionKind, subresource: Option<&str>, namespace: Option<&str>) -> bool {
-        self.verbs.contains(&verb)
-            && namespace.map_or(self.namespaces.is_all(), |namespace| self.namespaces.allows(namespace))
-            && self
-                .resources
-                .iter()
-                .any(|pattern| pattern.matches(gvk) && pattern.subresource.as_deref() == subresource)
-    }
-}
-
-impl fmt::Display for WriteRule {
-    /// `create, patch v1/ConfigMap, apps/v1/Deployment/scale in namespaces a, b`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verbs: Vec<&str> = self.verbs.iter().map(|verb| verb.as_str()).collect();
-        let resources: Vec<String> = self.resources.iter().map(ToString::to_string).collect();
-        write!(f, "{} {}", verbs.join(", "), resources.join(", "))?;
-        match self.namespaces.namespaces() {
-            None => write!(f, " in every namespace"),
-            Some(namespaces) if namespaces.is_empty() => write!(f, " in no namespace"),
-            Some(namespaces) => {
-                let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
-                write!(f, " in namespaces {}", namespaces.join(", "))
-            }
-        }
-    }
-}
-
 /// `apiVersion/Kind[/subresource]`, where apiVersion or Kind may be `*`; `*`
 /// alone is every resource. Kinds begin with a capital letter and
 /// subresources with a lowercase one, which tells `v1/Pod/status` (a core
@@ -383,14 +197,9 @@ pub struct ResourcePattern {
 }
 
 impl ResourcePattern {
-    fn parse(pattern: &str) -> Result<Self, String> {
+    fn parse(pattern: &str) -> Result<Self, GrantError> {
         let wild = |part: &str| (part != "*").then(|| part.to_owned());
-        let malformed = || {
-            format!(
-                "resource {pattern:?}: want apiVersion/Kind (v1/Pod, apps/v1/Deployment, apps/v1/*) or *, \
-                 and for writes apiVersion/Kind/subresource (apps/v1/Deployment/scale)"
-            )
-        };
+        let malformed = || GrantError::Malformed(pattern.to_owned());
         let (resource, subresource) = match pattern.rsplit_once('/') {
             Some((rest, last)) if last.starts_with(|c: char| c.is_ascii_lowercase()) => (rest, Some(last)),
             _ => (pattern, None),
@@ -464,200 +273,10 @@ impl fmt::Display for ResourcePattern {
     }
 }
 
-/// What a grant makes of a registration: what the plugin gets, and what it is
-/// refused and why.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Review {
-    /// The subscriptions the plugin gets, in registration order.
-    pub subscriptions: Vec<Subscription>,
-    /// The indexes it gets, each on the cache of an accepted subscription.
-    pub indexes: Vec<IndexSpec>,
-    /// For a controller: its spec, without the owned and mapped resources it
-    /// does not get; `None` when its primary resource is refused (it cannot
-    /// run) or for a plugin that handles deltas.
-    pub controller: Option<ControllerSpec>,
-    /// What it asked for and does not get.
-    pub refused: Vec<Refusal>,
-}
-
-impl Review {
-    /// Why what the plugin gets is over its limits, if it is: more
-    /// subscriptions than `limits.max-subscriptions` or more indexes than
-    /// `limits.max-indexes`. Such a plugin does not start.
-    #[must_use]
-    pub fn over_limits(&self, limits: &crate::limits::Limits) -> Option<String> {
-        if self.subscriptions.len() > limits.max_subscriptions {
-            return Some(format!(
-                "{} subscriptions, over the limit of {} (limits.max-subscriptions)",
-                self.subscriptions.len(),
-                limits.max_subscriptions
-            ));
-        }
-        if self.indexes.len() > limits.max_indexes {
-            return Some(format!(
-                "{} indexes, over the limit of {} (limits.max-indexes)",
-                self.indexes.len(),
-                limits.max_indexes
-            ));
-        }
-        None
-    }
-}
-
-/// A subscription or index a plugin asked for and does not get.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// What was asked for: `v1 Pod`, `v1 Pod in namespace a`, `index node on v1 Pod`.
-    pub what: String,
-    /// Why it is refused.
-    pub reason: String,
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Both may hold what the plugin registered: kinds, namespaces, names.
-        let (what, reason) = (
-            crate::text::sanitize(&self.what, 512),
-            crate::text::sanitize(&self.reason, 512),
-        );
-        write!(f, "{what}: {reason}")
-    }
-}
-
-impl Review {
-    /// A controller's spec as far as the accepted subscriptions and indexes
-    /// allow: owned and mapped resources must be accepted, a mapping's index
-    /// must exist on the primary's cache.
-    fn controller_spec(&mut self, spec: &ControllerSpec) -> Option<ControllerSpec> {
-        let accepted = |gvk: &GroupVersionKind| self.subscriptions.iter().any(|subscription| subscription.gvk == *gvk);
-        if !accepted(&spec.primary) {
-            self.refused.push(Refusal {
-                what: format!("controller of {}", resource(&spec.primary)),
-                reason: "the primary resource is not granted".to_owned(),
-            });
-            return None;
-        }
-        let mut granted = spec.clone();
-        granted.owns.retain(|gvk| accepted(gvk));
-        let mut refused = Vec::new();
-        granted.maps.retain(|mapping| {
-            let what = format!("mapping of {} by index {}", resource(&mapping.gvk), mapping.index);
-            let built_in = mapping.index == NAMESPACE_INDEX
-                || mapping.index == OWNER_INDEX
-                || mapping.index.starts_with(LABEL_INDEX_PREFIX);
-            let declared = self
-                .indexes
-                .iter()
-                .any(|index| index.gvk == spec.primary && index.name == mapping.index);
-            let reason = if !accepted(&mapping.gvk) {
-                "the resource is not granted"
-            } else if !built_in && !declared {
-                "no such index on the primary resource"
-            } else if crate::index::FieldPath::parse(&mapping.field_path).is_err() {
-                "invalid field path"
-            } else {
-                return true;
-            };
-            refused.push(Refusal {
-                what,
-                reason: reason.to_owned(),
-            });
-            false
-        });
-        self.refused.extend(refused);
-        Some(granted)
-    }
-}
-
-fn resource(gvk: &GroupVersionKind) -> String {
-    format!("{} {}", gvk.api_version(), gvk.kind)
-}
-
-impl Grant {
-    /// Reviews a registration: a subscription is accepted when its resource and
-    /// namespace are granted and its label selector parses; an index when its
-    /// definition is valid and its resource is among the accepted subscriptions.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use kinformer::grant::Grant;
-    /// use kinformer::registration::{Registration, Subscription};
-    /// use kube::api::GroupVersionKind;
-    ///
-    /// let grant = Grant::new(["v1/Pod"], ["shop"])?;
-    /// let subscription = |kind: &str| Subscription {
-    ///     gvk: GroupVersionKind::gvk("", "v1", kind),
-    ///     namespace: None,
-    ///     label_selector: None,
-    ///     deliver: true,
-    /// };
-    /// let registration = Registration {
-    ///     name: "p".into(),
-    ///     version: "1".into(),
-    ///     subscriptions: vec![subscription("Pod"), subscription("Secret")],
-    ///     indexes: Vec::new(),
-    ///     controller: None,
-    /// };
-    /// let review = grant.review(&registration);
-    /// assert_eq!(review.subscriptions, [subscription("Pod")]);
-    /// assert_eq!(review.refused[0].to_string(), "v1 Secret: not granted");
-    /// # Ok::<(), String>(())
-    /// ```
-    #[must_use]
-    pub fn review(&self, registration: &Registration) -> Review {
-        let mut review = Review::default();
-        for subscription in &registration.subscriptions {
-            let what = match &subscription.namespace {
-                Some(namespace) => format!("{} in namespace {namespace}", resource(&subscription.gvk)),
-                None => resource(&subscription.gvk),
-            };
-            let reason = if !self.allows_resource(&subscription.gvk) {
-                Some("not granted".to_owned())
-            } else if subscription
-                .namespace
-                .as_deref()
-                .is_some_and(|ns| !self.namespaces.allows(ns))
-            {
-                Some("namespace not granted".to_owned())
-            } else if let Some(Err(error)) = subscription.label_selector.as_deref().map(Selector::parse) {
-                Some(error.to_string())
-            } else {
-                None
-            };
-            match reason {
-                Some(reason) => review.refused.push(Refusal { what, reason }),
-                None => review.subscriptions.push(subscription.clone()),
-            }
-        }
-        for index in &registration.indexes {
-            let what = format!("index {} on {}", index.name, resource(&index.gvk));
-            let reason = if let Err(error) = check_definition(&index.name, &index.field_path) {
-                Some(error.to_string())
-            } else if !review
-                .subscriptions
-                .iter()
-                .any(|subscription| subscription.gvk == index.gvk)
-            {
-                Some("the resource is not watched or not granted".to_owned())
-            } else {
-                None
-            };
-            match reason {
-                Some(reason) => review.refused.push(Refusal { what, reason }),
-                None => review.indexes.push(index.clone()),
-            }
-        }
-        if let Some(spec) = &registration.controller {
-            review.controller = review.controller_spec(spec);
-        }
-        review
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registration::{ControllerSpec, IndexSpec, Registration, Subscription};
 
     fn subscription(api_version: &str, kind: &str, namespace: Option<&str>) -> Subscription {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
