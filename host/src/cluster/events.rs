@@ -1,16 +1,22 @@
 //! client-go's event recorder, for one plugin: repeats of an event counted in
-//! one Event's series, and a spam filter per object.
+//! one Event's series, a spam filter per object, and the writer's
+//! [`Writer::record_event`] that follows them.
 
 use std::collections::HashMap;
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
+use kube::api::GroupVersionKind;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::WriteError;
-use super::request::{EventType, ObjectRef, cut};
+use super::audit::Audited;
+use super::request::{Body, EventType, ObjectRef, Prepared, cut};
+use super::writer::Writer;
+use crate::grant::Verb;
 use crate::rate::TokenBucket;
 
 /// A repeat this soon after the last occurrence counts in the same Event.
@@ -28,17 +34,17 @@ const MAX_NOTE_LEN: usize = 1024;
 
 /// What makes two events the same: the object, type, reason, action and note.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct EventKey {
+pub(super) struct EventKey {
     /// The object the event is about (never a subresource).
-    pub regarding: ObjectRef,
+    pub(super) regarding: ObjectRef,
     /// `Normal` or `Warning`.
-    pub event_type: EventType,
+    pub(super) event_type: EventType,
     /// Why, in UpperCamelCase (`ScaledUp`).
-    pub reason: String,
+    pub(super) reason: String,
     /// What was done or failed (`Scale`).
-    pub action: String,
+    pub(super) action: String,
     /// For humans.
-    pub note: String,
+    pub(super) note: String,
 }
 
 impl EventKey {
@@ -49,7 +55,7 @@ impl EventKey {
     /// [`WriteError::Invalid`] when the object's reference, the reason or the
     /// action is malformed, or one of them or the note is over the Events
     /// API's limits.
-    pub fn new(
+    pub(super) fn new(
         mut regarding: ObjectRef,
         event_type: EventType,
         reason: String,
@@ -84,14 +90,14 @@ impl EventKey {
     /// The namespace the Event lives in: the object's, or `default` for a
     /// cluster-scoped object.
     #[must_use]
-    pub fn namespace(&self) -> &str {
+    pub(super) fn namespace(&self) -> &str {
         self.regarding.namespace.as_deref().unwrap_or("default")
     }
 }
 
 /// What to do with an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EventStep {
+pub(super) enum EventStep {
     /// Create a new Event.
     Create,
     /// Patch the Event `name`'s series to count `count` occurrences.
@@ -108,25 +114,8 @@ pub enum EventStep {
 /// A plugin's events so far: the series still open, and a token bucket per
 /// object. Every step takes the time, so tests drive it with a plain
 /// `Instant`.
-///
-/// # Examples
-///
-/// ```
-/// use kinformer::cluster::{EventKey, EventRecorder, EventStep, EventType, ObjectRef};
-/// use kube::api::GroupVersionKind;
-/// use tokio::time::Instant;
-///
-/// let pod = ObjectRef::new(GroupVersionKind::gvk("", "v1", "Pod"), Some("a"), "web-0");
-/// let key = EventKey::new(pod, EventType::Warning, "Evicted".into(), "Evict".into(), String::new())?;
-/// let mut recorder = EventRecorder::default();
-/// let now = Instant::now();
-/// assert_eq!(recorder.step(&key, now), EventStep::Create);
-/// recorder.created(&key, "web-0.1", now);
-/// assert_eq!(recorder.step(&key, now), EventStep::Bump { name: "web-0.1".into(), count: 2 });
-/// # Ok::<(), kinformer::cluster::WriteError>(())
-/// ```
 #[derive(Debug, Default)]
-pub struct EventRecorder {
+pub(super) struct EventRecorder {
     series: HashMap<EventKey, Series>,
     spam: HashMap<ObjectRef, TokenBucket>,
 }
@@ -142,7 +131,7 @@ impl EventRecorder {
     /// What to do with `key` at `now`: throttled when the object's bucket is
     /// empty (each call takes a token), else a bump of the open series (its
     /// last occurrence within [`SERIES_WINDOW`]) or a new Event.
-    pub fn step(&mut self, key: &EventKey, now: Instant) -> EventStep {
+    pub(super) fn step(&mut self, key: &EventKey, now: Instant) -> EventStep {
         if !self.spam.contains_key(&key.regarding) && self.spam.len() >= REMEMBERED {
             self.spam.retain(|_, bucket| !bucket.is_full(now));
             if self.spam.len() >= REMEMBERED
@@ -168,7 +157,7 @@ impl EventRecorder {
     }
 
     /// Remembers that `key`'s Event `name` was created at `now`.
-    pub fn created(&mut self, key: &EventKey, name: &str, now: Instant) {
+    pub(super) fn created(&mut self, key: &EventKey, name: &str, now: Instant) {
         if !self.series.contains_key(key) && self.series.len() >= REMEMBERED {
             self.series
                 .retain(|_, series| now.saturating_duration_since(series.last) <= SERIES_WINDOW);
@@ -193,7 +182,7 @@ impl EventRecorder {
     }
 
     /// Remembers that `key`'s series now counts `count`, at `now`.
-    pub fn bumped(&mut self, key: &EventKey, count: u32, now: Instant) {
+    pub(super) fn bumped(&mut self, key: &EventKey, count: u32, now: Instant) {
         if let Some(series) = self.series.get_mut(key) {
             series.count = count;
             series.last = now;
@@ -201,13 +190,14 @@ impl EventRecorder {
     }
 
     /// Forgets `key`'s series (its Event is gone): the next one is created.
-    pub fn forget(&mut self, key: &EventKey) {
+    pub(super) fn forget(&mut self, key: &EventKey) {
         self.series.remove(key);
     }
 
     /// How many series and buckets it remembers.
     #[must_use]
-    pub fn remembered(&self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(super) fn remembered(&self) -> (usize, usize) {
         (self.series.len(), self.spam.len())
     }
 }
@@ -271,6 +261,159 @@ pub(super) fn new_event(key: &EventKey, name: &str, controller: &str, instance: 
 /// The merge patch that counts `count` occurrences, the last at `now`.
 pub(super) fn series_patch(count: u32, now: Timestamp) -> Value {
     json!({"series": {"count": count, "lastObservedTime": micro_time(now)}})
+}
+
+/// Recording Events through a plugin's writer: admitted and audited as its
+/// writes are, with client-go's series and spam filter.
+impl Writer {
+    /// Records an `events.k8s.io/v1` Event about `regarding` in its namespace
+    /// (`default` for a cluster-scoped object), as `kinformer/<plugin>`. A
+    /// repeat within ten minutes of the last patches the Event's series
+    /// instead; more than 25 events about one object, then more than one per
+    /// five minutes, are throttled. Needs `create` on `events.k8s.io/v1/Event`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Writer::write`].
+    pub async fn record_event(
+        &self,
+        regarding: ObjectRef,
+        event_type: EventType,
+        reason: String,
+        action: String,
+        note: String,
+    ) -> Result<(), WriteError> {
+        let key = match EventKey::new(regarding.clone(), event_type, reason, action, note) {
+            Ok(key) => key,
+            Err(error) => {
+                let audited = Audited {
+                    verb: "create",
+                    resource: "events.k8s.io/v1/Event".into(),
+                    key: cut(&regarding.key(), 80).to_owned(),
+                    body: None,
+                };
+                return self.audit(audited, Err(error));
+            }
+        };
+        let namespace = key.namespace().to_owned();
+        let events = ObjectRef::new(
+            GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
+            Some(&namespace),
+            "",
+        );
+        if let Err(error) = self.admit(Verb::Create, &events) {
+            let audited = Audited {
+                verb: "create",
+                resource: events.resource(),
+                key: format!("{namespace}/"),
+                body: None,
+            };
+            return self.audit(audited, Err(error));
+        }
+        let started = Instant::now();
+        let step = self.events().step(&key, started);
+        let (name, count) = match step {
+            EventStep::Throttled => {
+                let error = WriteError::Throttled(format!(
+                    "more than {SPAM_BURST} events about {}, then more than one per {} minutes",
+                    key.regarding.key(),
+                    SPAM_REFILL.as_secs() / 60
+                ));
+                let audited = Audited {
+                    verb: "create",
+                    resource: events.resource(),
+                    key: format!("{namespace}/"),
+                    body: None,
+                };
+                return self.audit(audited, Err(error));
+            }
+            EventStep::Create => (None, 1),
+            EventStep::Bump { name, count } => (Some(name), count),
+        };
+        if let Some(name) = name {
+            let now = Timestamp::now();
+            let mut target = events.clone();
+            target.name = name;
+            let patch = series_patch(count, now);
+            let prepared = Prepared {
+                verb: Verb::Patch,
+                target: target.clone(),
+                force: false,
+                text: Some(patch.to_string()),
+                body: Body::Merge(patch),
+            };
+            let result = self.timed(self.send(&prepared)).await;
+            match result {
+                Err(WriteError::NotFound(_)) => self.events().forget(&key),
+                result => {
+                    if result.is_ok() {
+                        self.events().bumped(&key, count, started);
+                    }
+                    let audited = Audited {
+                        verb: "patch",
+                        resource: target.resource(),
+                        key: target.key(),
+                        body: self.kept(prepared.text.as_deref()),
+                    };
+                    return self.audit(audited, result.map(|_| ()));
+                }
+            }
+        }
+        let now = Timestamp::now();
+        let mut target = events;
+        target.name = event_name(&key.regarding.name, now);
+        let event = new_event(
+            &key,
+            &target.name,
+            &self.inner.controller,
+            &self.inner.cluster.instance,
+            now,
+        );
+        let prepared = Prepared {
+            verb: Verb::Create,
+            target: target.clone(),
+            force: false,
+            text: Some(event.to_string()),
+            body: Body::Object(event),
+        };
+        let result = self.timed(self.send(&prepared)).await;
+        if result.is_ok() && !self.inner.dry_run {
+            self.events().created(&key, &target.name, started);
+        }
+        let audited = Audited {
+            verb: "create",
+            resource: target.resource(),
+            key: target.key(),
+            body: self.kept(prepared.text.as_deref()),
+        };
+        self.audit(audited, result.map(|_| ()))
+    }
+
+    /// [`Writer::record_event`], waiting on the runtime: for a thread that is
+    /// not one of its async tasks, such as a plugin's worker.
+    ///
+    /// # Errors
+    ///
+    /// As [`Writer::record_event`].
+    ///
+    /// # Panics
+    ///
+    /// When called from an async task.
+    pub fn record_event_blocking(
+        &self,
+        regarding: ObjectRef,
+        event_type: EventType,
+        reason: String,
+        action: String,
+        note: String,
+    ) -> Result<(), WriteError> {
+        let writer = self.clone();
+        self.wait_for(async move { writer.record_event(regarding, event_type, reason, action, note).await })
+    }
+
+    fn events(&self) -> std::sync::MutexGuard<'_, EventRecorder> {
+        self.inner.events.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 #[cfg(test)]

@@ -21,22 +21,26 @@
 //! [`Writer::record_event`] records `events.k8s.io/v1` Events as client-go's
 //! recorder does: repeats within ten minutes are counted in one Event's
 //! `series`, and a plugin's events about one object are rate-limited
-//! ([`EventRecorder`]).
+//! (`events.rs`).
 //!
 //! A cluster made with [`Cluster::offline`] has no API server: in step 4 the
 //! write is answered by an [`Offline`] and sent nowhere, the other steps are
 //! the same.
 
+mod audit;
+mod connection;
 mod discovery;
 mod events;
 mod offline;
 mod request;
 mod writer;
 
-pub use events::{EventKey, EventRecorder, EventStep, SERIES_WINDOW, SPAM_BURST, SPAM_REFILL};
+pub use audit::{WriteObserver, WriteRecord};
+pub use connection::Cluster;
+pub use events::{SERIES_WINDOW, SPAM_BURST, SPAM_REFILL};
 pub use offline::Offline;
 pub use request::{DeleteOptions, EventType, ObjectRef, PatchType, Propagation, WriteRequest};
-pub use writer::{Cluster, WriteObserver, WriteRecord, Writer};
+pub use writer::Writer;
 
 /// Why a write was not done; the `write-error` a plugin sees.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,142 +1,74 @@
-//! The connection writes go through, and each plugin's writer: its grant,
-//! write bucket and events, the API calls, the audit.
+//! Each plugin's writer: a write validated, admitted (leadership, the grant,
+//! the plugin's bucket), sent over the [`Cluster`] and audited.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams, Preconditions};
-use serde::Serialize;
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::WriteError;
-use super::discovery::Discovery;
-use super::events::{self, EventKey, EventRecorder, EventStep, SPAM_BURST, SPAM_REFILL};
-use super::offline::Offline;
-use super::request::{Body, EventType, ObjectRef, Prepared, Propagation, WriteRequest, cut};
+use super::audit::{Audited, WriteObserver};
+use super::connection::Cluster;
+use super::events::{self, EventRecorder};
+use super::request::{ObjectRef, Prepared, WriteRequest};
 use crate::grant::{Grant, Verb, WriteMode};
-use crate::leader::Leadership;
 use crate::limits::Limits;
 use crate::rate::TokenBucket;
 
-/// How much of an error message a record and an audit line keep.
-const KEPT_MESSAGE_LEN: usize = 512;
-/// How much of an object or patch a record keeps.
-const KEPT_BODY_LEN: usize = 1024;
 /// The longest field manager the API takes.
 const MAX_FIELD_MANAGER_LEN: usize = 128;
 
-/// The connection writes go through, shared by every plugin's [`Writer`]: the
-/// client, the Tokio runtime that drives it, and the resource types discovery
-/// resolved (or, offline, what answers in the server's place). Clones share
-/// all of it.
+/// One plugin's way to the cluster: every write checked against its grant,
+/// rate-limited, sent, audited. Clones share the bucket and the events.
 #[derive(Clone)]
-pub struct Cluster {
-    connection: Connection,
-    /// The `reportingInstance` of events: the host's name.
-    instance: Arc<str>,
-    /// Writes are sent only while this says the replica leads.
-    leadership: Leadership,
+pub struct Writer {
+    pub(super) inner: Arc<WriterInner>,
 }
 
-/// Where writes go.
-#[derive(Clone)]
-enum Connection {
-    /// The API server, through kube-rs.
-    Api {
-        client: kube::Client,
-        runtime: tokio::runtime::Handle,
-        discovery: Arc<Discovery>,
-    },
-    /// Nowhere: answered on the calling thread, never sent.
-    Offline(Arc<Offline>),
+pub(super) struct WriterInner {
+    pub(super) cluster: Cluster,
+    pub(super) plugin: String,
+    pub(super) field_manager: String,
+    /// The `reportingController` of its events.
+    pub(super) controller: String,
+    pub(super) grant: Grant,
+    pub(super) timeout: Duration,
+    pub(super) dry_run: bool,
+    pub(super) rate: u32,
+    pub(super) bucket: Mutex<TokenBucket>,
+    pub(super) events: Mutex<EventRecorder>,
+    pub(super) observer: Option<WriteObserver>,
 }
 
-impl std::fmt::Debug for Cluster {
+impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster")
-            .field("instance", &self.instance)
+        f.debug_struct("Writer")
+            .field("plugin", &self.inner.plugin)
+            .field("dry_run", &self.inner.dry_run)
+            .field("timeout", &self.inner.timeout)
             .finish_non_exhaustive()
     }
 }
 
-impl Cluster {
-    /// Writes through `client`, driven by the current Tokio runtime.
-    ///
-    /// # Panics
-    ///
-    /// When called outside a Tokio runtime.
-    #[must_use]
-    pub fn new(client: kube::Client) -> Self {
-        Self::with_runtime(client, tokio::runtime::Handle::current())
-    }
-
-    /// Writes through `client`, driven by `runtime`.
-    #[must_use]
-    pub fn with_runtime(client: kube::Client, runtime: tokio::runtime::Handle) -> Self {
-        Self::over(Connection::Api {
-            client,
-            runtime,
-            discovery: Arc::default(),
-        })
-    }
-
-    /// A cluster with no API server: every write its writers admit is
-    /// answered by `offline` and never sent, and nothing waits (no runtime,
-    /// no timeout, no leader). Their records keep whole bodies.
-    #[must_use]
-    pub fn offline(offline: Offline) -> Self {
-        Self::over(Connection::Offline(Arc::new(offline)))
-    }
-
-    fn over(connection: Connection) -> Self {
-        Self {
-            connection,
-            instance: "kinformer".into(),
-            leadership: Leadership::always(),
-        }
-    }
-
-    /// Names this host in the Events its writers record
-    /// (`reportingInstance`), e.g. the pod's name; `kinformer` by default. A
-    /// name that is empty, over 128 bytes or not printable ASCII is ignored.
-    #[must_use]
-    pub fn with_instance(mut self, instance: &str) -> Self {
-        if !instance.is_empty() && instance.len() <= 128 && instance.chars().all(|c| c.is_ascii_graphic()) {
-            self.instance = instance.into();
-        }
-        self
-    }
-
-    /// Sends writes only while `leadership` says this replica leads; others
-    /// are refused as [`WriteError::Unavailable`] without being sent.
-    #[must_use]
-    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
-        self.leadership = leadership;
-        self
-    }
-
-    /// The writer of plugin `plugin`: its grant, its write limits and mode;
-    /// `observer` sees a record of every write it is asked for.
-    #[must_use]
-    pub fn writer(
-        &self,
+impl Writer {
+    /// The writer of plugin `plugin` on `cluster` (see [`Cluster::writer`]).
+    pub(super) fn new(
+        cluster: Cluster,
         plugin: &str,
         grant: Grant,
         limits: &Limits,
         mode: WriteMode,
         observer: Option<WriteObserver>,
-    ) -> Writer {
+    ) -> Self {
         let field_manager: String = plugin
             .chars()
             .map(|c| if c.is_ascii_graphic() { c } else { '-' })
             .take(MAX_FIELD_MANAGER_LEN)
             .collect();
-        Writer {
+        Self {
             inner: Arc::new(WriterInner {
-                cluster: self.clone(),
+                cluster,
                 plugin: plugin.to_owned(),
                 field_manager,
                 controller: events::reporting_controller(plugin),
@@ -153,85 +85,7 @@ impl Cluster {
             }),
         }
     }
-}
 
-/// Sees the record of every write a writer is asked for, on the thread that
-/// asked. Keep it cheap.
-pub type WriteObserver = Arc<dyn Fn(&WriteRecord) + Send + Sync>;
-
-/// One write a plugin asked for and how it ended, as the audit line says it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WriteRecord {
-    /// `create`, `update`, `patch`, `apply` or `delete` (an event is a create
-    /// or, when it repeats, a patch of an Event).
-    pub verb: &'static str,
-    /// `apiVersion/Kind[/subresource]`.
-    pub resource: String,
-    /// The object's key, `namespace/name` or `name`.
-    pub key: String,
-    /// `ok`, or the kind of error (`denied`, `throttled`, ...).
-    pub outcome: &'static str,
-    /// The error's message, cut short.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// Sent with `dryRun=All`.
-    pub dry_run: bool,
-    /// The object or patch sent (or that would have been), cut at 1 KiB
-    /// (whole for an [offline](Cluster::offline) cluster).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
-}
-
-impl WriteRecord {
-    /// True when the write was done (or, in dry run, validated).
-    #[must_use]
-    pub fn is_ok(&self) -> bool {
-        self.outcome == "ok"
-    }
-}
-
-/// One plugin's way to the cluster: every write checked against its grant,
-/// rate-limited, sent, audited. Clones share the bucket and the events.
-#[derive(Clone)]
-pub struct Writer {
-    inner: Arc<WriterInner>,
-}
-
-struct WriterInner {
-    cluster: Cluster,
-    plugin: String,
-    field_manager: String,
-    /// The `reportingController` of its events.
-    controller: String,
-    grant: Grant,
-    timeout: Duration,
-    dry_run: bool,
-    rate: u32,
-    bucket: Mutex<TokenBucket>,
-    events: Mutex<EventRecorder>,
-    observer: Option<WriteObserver>,
-}
-
-impl std::fmt::Debug for Writer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer")
-            .field("plugin", &self.inner.plugin)
-            .field("dry_run", &self.inner.dry_run)
-            .field("timeout", &self.inner.timeout)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a write sends, for the audit: verb, resource, key and body.
-struct Audited {
-    verb: &'static str,
-    resource: String,
-    key: String,
-    body: Option<String>,
-}
-
-impl Writer {
     /// The plugin's name, its field manager.
     #[must_use]
     pub fn plugin(&self) -> &str {
@@ -296,207 +150,34 @@ impl Writer {
         self.wait_for(async move { writer.write(request).await })
     }
 
-    /// Records an `events.k8s.io/v1` Event about `regarding` in its namespace
-    /// (`default` for a cluster-scoped object), as `kinformer/<plugin>`. A
-    /// repeat within ten minutes of the last patches the Event's series
-    /// instead; more than 25 events about one object, then more than one per
-    /// five minutes, are throttled. Needs `create` on `events.k8s.io/v1/Event`.
-    ///
-    /// # Errors
-    ///
-    /// As [`Writer::write`].
-    pub async fn record_event(
-        &self,
-        regarding: ObjectRef,
-        event_type: EventType,
-        reason: String,
-        action: String,
-        note: String,
-    ) -> Result<(), WriteError> {
-        let key = match EventKey::new(regarding.clone(), event_type, reason, action, note) {
-            Ok(key) => key,
-            Err(error) => {
-                let audited = Audited {
-                    verb: "create",
-                    resource: "events.k8s.io/v1/Event".into(),
-                    key: cut(&regarding.key(), 80).to_owned(),
-                    body: None,
-                };
-                return self.audit(audited, Err(error));
-            }
-        };
-        let namespace = key.namespace().to_owned();
-        let events = ObjectRef::new(
-            GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
-            Some(&namespace),
-            "",
-        );
-        if let Err(error) = self.admit(Verb::Create, &events) {
-            let audited = Audited {
-                verb: "create",
-                resource: events.resource(),
-                key: format!("{namespace}/"),
-                body: None,
-            };
-            return self.audit(audited, Err(error));
-        }
-        let started = Instant::now();
-        let step = self.events().step(&key, started);
-        let (name, count) = match step {
-            EventStep::Throttled => {
-                let error = WriteError::Throttled(format!(
-                    "more than {SPAM_BURST} events about {}, then more than one per {} minutes",
-                    key.regarding.key(),
-                    SPAM_REFILL.as_secs() / 60
-                ));
-                let audited = Audited {
-                    verb: "create",
-                    resource: events.resource(),
-                    key: format!("{namespace}/"),
-                    body: None,
-                };
-                return self.audit(audited, Err(error));
-            }
-            EventStep::Create => (None, 1),
-            EventStep::Bump { name, count } => (Some(name), count),
-        };
-        if let Some(name) = name {
-            let now = Timestamp::now();
-            let mut target = events.clone();
-            target.name = name;
-            let patch = events::series_patch(count, now);
-            let prepared = Prepared {
-                verb: Verb::Patch,
-                target: target.clone(),
-                force: false,
-                text: Some(patch.to_string()),
-                body: Body::Merge(patch),
-            };
-            let result = self.timed(self.send(&prepared)).await;
-            match result {
-                Err(WriteError::NotFound(_)) => self.events().forget(&key),
-                result => {
-                    if result.is_ok() {
-                        self.events().bumped(&key, count, started);
-                    }
-                    let audited = Audited {
-                        verb: "patch",
-                        resource: target.resource(),
-                        key: target.key(),
-                        body: self.kept(prepared.text.as_deref()),
-                    };
-                    return self.audit(audited, result.map(|_| ()));
-                }
-            }
-        }
-        let now = Timestamp::now();
-        let mut target = events;
-        target.name = events::event_name(&key.regarding.name, now);
-        let event = events::new_event(
-            &key,
-            &target.name,
-            &self.inner.controller,
-            &self.inner.cluster.instance,
-            now,
-        );
-        let prepared = Prepared {
-            verb: Verb::Create,
-            target: target.clone(),
-            force: false,
-            text: Some(event.to_string()),
-            body: Body::Object(event),
-        };
-        let result = self.timed(self.send(&prepared)).await;
-        if result.is_ok() && !self.inner.dry_run {
-            self.events().created(&key, &target.name, started);
-        }
-        let audited = Audited {
-            verb: "create",
-            resource: target.resource(),
-            key: target.key(),
-            body: self.kept(prepared.text.as_deref()),
-        };
-        self.audit(audited, result.map(|_| ()))
+    /// The body as the write's record keeps it.
+    pub(super) fn kept(&self, text: Option<&str>) -> Option<String> {
+        self.inner.cluster.kept(text)
     }
 
-    /// [`Writer::record_event`], waiting on the runtime: for a thread that is
-    /// not one of its async tasks, such as a plugin's worker.
-    ///
-    /// # Errors
-    ///
-    /// As [`Writer::record_event`].
-    ///
-    /// # Panics
-    ///
-    /// When called from an async task.
-    pub fn record_event_blocking(
-        &self,
-        regarding: ObjectRef,
-        event_type: EventType,
-        reason: String,
-        action: String,
-        note: String,
-    ) -> Result<(), WriteError> {
-        let writer = self.clone();
-        self.wait_for(async move { writer.record_event(regarding, event_type, reason, action, note).await })
+    /// `send` under the plugin's write timeout.
+    pub(super) async fn timed<T>(&self, send: impl Future<Output = Result<T, WriteError>>) -> Result<T, WriteError> {
+        self.inner.cluster.timed(self.inner.timeout, send).await
     }
 
-    /// Runs `write` as a task of the runtime and waits for its answer. The
-    /// calling thread sleeps until the write is done and is woken once;
-    /// polling the request itself (`Handle::block_on`), it would be woken at
-    /// each step of the exchange, which shows in the benchmark's row 9.
-    ///
-    /// Offline, nothing waits: the write is done on the calling thread.
-    fn wait_for<T: Send + 'static>(
+    /// Sends a prepared write as this plugin.
+    pub(super) async fn send(&self, prepared: &Prepared) -> Result<Option<String>, WriteError> {
+        let inner = &self.inner;
+        inner.cluster.send(prepared, inner.dry_run, &inner.field_manager).await
+    }
+
+    /// Runs `write` on the cluster's runtime and waits for its answer.
+    pub(super) fn wait_for<T: Send + 'static>(
         &self,
         write: impl Future<Output = Result<T, WriteError>> + Send + 'static,
     ) -> Result<T, WriteError> {
-        let runtime = match &self.inner.cluster.connection {
-            Connection::Api { runtime, .. } => runtime,
-            Connection::Offline(_) => {
-                let mut write = std::pin::pin!(write);
-                let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-                return match write.as_mut().poll(&mut context) {
-                    std::task::Poll::Ready(answer) => answer,
-                    std::task::Poll::Pending => Err(WriteError::Unavailable(
-                        "an offline write waited for something: a host bug".into(),
-                    )),
-                };
-            }
-        };
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        runtime.spawn(async move {
-            let _ = answer.send(write.await);
-        });
-        answered
-            .blocking_recv()
-            .unwrap_or_else(|_| Err(WriteError::Unavailable("the host is shutting down".into())))
-    }
-
-    /// The body as the write's record keeps it: cut at [`KEPT_BODY_LEN`],
-    /// whole offline.
-    fn kept(&self, text: Option<&str>) -> Option<String> {
-        let text = text?;
-        let limit = match self.inner.cluster.connection {
-            Connection::Api { .. } => KEPT_BODY_LEN,
-            Connection::Offline(_) => usize::MAX,
-        };
-        let kept = cut(text, limit);
-        Some(if kept.len() < text.len() {
-            format!("{kept}…")
-        } else {
-            kept.to_owned()
-        })
-    }
-
-    fn events(&self) -> std::sync::MutexGuard<'_, EventRecorder> {
-        self.inner.events.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.cluster.wait_for(write)
     }
 
     /// Leadership, the grant, then the bucket: nothing is sent by a replica
     /// that does not lead or outside the grant, and a write over the rate is
     /// refused at once.
-    fn admit(&self, verb: Verb, target: &ObjectRef) -> Result<(), WriteError> {
+    pub(super) fn admit(&self, verb: Verb, target: &ObjectRef) -> Result<(), WriteError> {
         let inner = &self.inner;
         if !inner.cluster.leadership.is_leading() {
             return Err(WriteError::Unavailable(
@@ -532,179 +213,17 @@ impl Writer {
             )))
         }
     }
-
-    /// `send` under the write timeout, abandoned (its request cancelled) if
-    /// this replica stops leading meanwhile.
-    async fn timed<T>(&self, send: impl Future<Output = Result<T, WriteError>>) -> Result<T, WriteError> {
-        if let Connection::Offline(_) = self.inner.cluster.connection {
-            return send.await;
-        }
-        let timeout = self.inner.timeout;
-        let mut leadership = self.inner.cluster.leadership.clone();
-        tokio::select! {
-            sent = tokio::time::timeout(timeout, send) => sent.unwrap_or_else(|_| {
-                Err(WriteError::Unavailable(format!(
-                    "no answer from the API server within {} ms",
-                    timeout.as_millis()
-                )))
-            }),
-            () = leadership.lost() => Err(WriteError::Unavailable(
-                "this replica stopped leading: the write was abandoned".to_owned(),
-            )),
-        }
-    }
-
-    /// Sends a prepared write; the object as stored, as the server wrote it
-    /// (`None` for a delete).
-    async fn send(&self, prepared: &Prepared) -> Result<Option<String>, WriteError> {
-        let inner = &self.inner;
-        let (client, discovery) = match &inner.cluster.connection {
-            Connection::Api { client, discovery, .. } => (client, discovery),
-            Connection::Offline(offline) => return offline.answer(prepared),
-        };
-        let target = &prepared.target;
-        let resource = discovery.resolve(client, target).await?;
-        let request = kube::core::Request::new(<DynamicObject as kube::Resource>::url_path(
-            &resource,
-            target.namespace.as_deref(),
-        ));
-        let post = PostParams {
-            dry_run: inner.dry_run,
-            field_manager: Some(inner.field_manager.clone()),
-        };
-        let patch_params = |force: bool| PatchParams {
-            dry_run: inner.dry_run,
-            force,
-            field_manager: Some(inner.field_manager.clone()),
-            field_validation: None,
-        };
-        let name = target.name.as_str();
-        let subresource = target.subresource.as_deref();
-        let built = match (&prepared.body, prepared.verb) {
-            (Body::Object(object), Verb::Create) => request.create(&post, dynamic(object)?),
-            (Body::Object(object), Verb::Update) => match subresource {
-                None => request.replace(name, &post, dynamic(object)?),
-                Some(subresource) => request.replace_subresource(subresource, name, &post, object.to_string().into()),
-            },
-            (Body::Object(object), Verb::Apply) => patch(
-                &request,
-                subresource,
-                name,
-                &patch_params(prepared.force),
-                &Patch::Apply(object),
-            ),
-            (Body::Merge(merge), _) => patch(&request, subresource, name, &patch_params(false), &Patch::Merge(merge)),
-            (Body::Json(json), _) => patch(
-                &request,
-                subresource,
-                name,
-                &patch_params(false),
-                &Patch::<Value>::Json(json.clone()),
-            ),
-            (Body::Delete(options), _) => {
-                let params = DeleteParams {
-                    dry_run: inner.dry_run,
-                    preconditions: (options.uid.is_some() || options.resource_version.is_some()).then(|| {
-                        Preconditions {
-                            uid: options.uid.clone(),
-                            resource_version: options.resource_version.clone(),
-                        }
-                    }),
-                    propagation_policy: options.propagation.map(|propagation| match propagation {
-                        Propagation::Orphan => kube::api::PropagationPolicy::Orphan,
-                        Propagation::Background => kube::api::PropagationPolicy::Background,
-                        Propagation::Foreground => kube::api::PropagationPolicy::Foreground,
-                    }),
-                    ..DeleteParams::default()
-                };
-                request.delete(name, &params)
-            }
-            (Body::Object(_), Verb::Patch | Verb::Delete) => {
-                return Err(WriteError::Invalid("an object is not a patch".into()));
-            }
-        };
-        let mut built = built.map_err(|error| WriteError::Invalid(error.to_string()))?;
-        // What kube's own `Api` methods tag their requests with, for its tracing.
-        built.extensions_mut().insert(prepared.verb.as_str());
-        // The answer is handed on as the server wrote it: no parse, no re-serialisation.
-        let stored = client
-            .request_text(built)
-            .await
-            .map_err(|error| WriteError::from_kube(&error))?;
-        Ok((prepared.verb != Verb::Delete).then_some(stored))
-    }
-
-    /// Logs the audit line and tells the observer.
-    fn audit<T>(&self, audited: Audited, result: Result<T, WriteError>) -> Result<T, WriteError> {
-        let inner = &self.inner;
-        let record = WriteRecord {
-            verb: audited.verb,
-            resource: audited.resource,
-            key: audited.key,
-            outcome: result.as_ref().map_or_else(WriteError::kind, |_| "ok"),
-            message: result
-                .as_ref()
-                .err()
-                .map(|error| cut(error.message(), KEPT_MESSAGE_LEN).to_owned()),
-            dry_run: inner.dry_run,
-            body: audited.body,
-        };
-        match &record.message {
-            None => tracing::info!(
-                target: "kinformer::audit",
-                plugin = %inner.plugin,
-                verb = record.verb,
-                resource = %record.resource,
-                key = %record.key,
-                outcome = record.outcome,
-                dry_run = record.dry_run,
-                "write"
-            ),
-            Some(message) => tracing::info!(
-                target: "kinformer::audit",
-                plugin = %inner.plugin,
-                verb = record.verb,
-                resource = %record.resource,
-                key = %record.key,
-                outcome = record.outcome,
-                dry_run = record.dry_run,
-                error = %message,
-                "write"
-            ),
-        }
-        if let Some(observer) = &inner.observer {
-            observer(&record);
-        }
-        result
-    }
-}
-
-/// The bytes of an object to create or replace, its metadata checked first
-/// (as kube's typed `Api` would).
-fn dynamic(object: &Value) -> Result<Vec<u8>, WriteError> {
-    serde::Deserialize::deserialize(object)
-        .map(|_: DynamicObject| object.to_string().into_bytes())
-        .map_err(|error| WriteError::Invalid(format!("the object's metadata is malformed: {error}")))
-}
-
-/// The request patching an object or its subresource.
-fn patch<P: Serialize + std::fmt::Debug>(
-    request: &kube::core::Request,
-    subresource: Option<&str>,
-    name: &str,
-    params: &PatchParams,
-    patch: &Patch<P>,
-) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
-    match subresource {
-        None => request.patch(name, params, patch),
-        Some(subresource) => request.patch_subresource(subresource, name, params, patch),
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use kube::api::GroupVersionKind;
+
     use super::*;
+    use crate::cluster::connection::KEPT_BODY_LEN;
+    use crate::cluster::{EventType, Offline, WriteRecord};
     use crate::grant::{Scope, WriteRule};
+    use crate::leader::Leadership;
 
     /// A cluster whose server never answers: whatever reaches it is
     /// `unavailable`, so the outcome tells how far a write got.

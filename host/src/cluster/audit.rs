@@ -1,0 +1,103 @@
+//! The audit of writes: one line (target `kinformer::audit`) per write a
+//! plugin asked for, and a [`WriteRecord`] for the writer's observer.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::WriteError;
+use super::request::cut;
+use super::writer::Writer;
+
+/// How much of an error message a record and an audit line keep.
+const KEPT_MESSAGE_LEN: usize = 512;
+
+/// Sees the record of every write a writer is asked for, on the thread that
+/// asked. Keep it cheap.
+pub type WriteObserver = Arc<dyn Fn(&WriteRecord) + Send + Sync>;
+
+/// One write a plugin asked for and how it ended, as the audit line says it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteRecord {
+    /// `create`, `update`, `patch`, `apply` or `delete` (an event is a create
+    /// or, when it repeats, a patch of an Event).
+    pub verb: &'static str,
+    /// `apiVersion/Kind[/subresource]`.
+    pub resource: String,
+    /// The object's key, `namespace/name` or `name`.
+    pub key: String,
+    /// `ok`, or the kind of error (`denied`, `throttled`, ...).
+    pub outcome: &'static str,
+    /// The error's message, cut short.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Sent with `dryRun=All`.
+    pub dry_run: bool,
+    /// The object or patch sent (or that would have been), cut at 1 KiB
+    /// (whole for an [offline](Cluster::offline) cluster).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+impl WriteRecord {
+    /// True when the write was done (or, in dry run, validated).
+    #[must_use]
+    pub fn is_ok(&self) -> bool {
+        self.outcome == "ok"
+    }
+}
+
+/// What a write sends, for the audit: verb, resource, key and body.
+pub(super) struct Audited {
+    pub(super) verb: &'static str,
+    pub(super) resource: String,
+    pub(super) key: String,
+    pub(super) body: Option<String>,
+}
+
+impl Writer {
+    /// Logs the audit line and tells the observer.
+    pub(super) fn audit<T>(&self, audited: Audited, result: Result<T, WriteError>) -> Result<T, WriteError> {
+        let inner = &self.inner;
+        let record = WriteRecord {
+            verb: audited.verb,
+            resource: audited.resource,
+            key: audited.key,
+            outcome: result.as_ref().map_or_else(WriteError::kind, |_| "ok"),
+            message: result
+                .as_ref()
+                .err()
+                .map(|error| cut(error.message(), KEPT_MESSAGE_LEN).to_owned()),
+            dry_run: inner.dry_run,
+            body: audited.body,
+        };
+        match &record.message {
+            None => tracing::info!(
+                target: "kinformer::audit",
+                plugin = %inner.plugin,
+                verb = record.verb,
+                resource = %record.resource,
+                key = %record.key,
+                outcome = record.outcome,
+                dry_run = record.dry_run,
+                "write"
+            ),
+            Some(message) => tracing::info!(
+                target: "kinformer::audit",
+                plugin = %inner.plugin,
+                verb = record.verb,
+                resource = %record.resource,
+                key = %record.key,
+                outcome = record.outcome,
+                dry_run = record.dry_run,
+                error = %message,
+                "write"
+            ),
+        }
+        if let Some(observer) = &inner.observer {
+            observer(&record);
+        }
+        result
+    }
+}
