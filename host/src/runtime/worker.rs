@@ -339,16 +339,6 @@ impl Worker {
         let _span = tracing::debug_span!("reconcile", plugin = %self.name, key = %key).entered();
         let outcome = instance.reconcile(key);
         note_paused(&self.status, instance);
-        let failed = match &outcome {
-            Ok(_) => None,
-            Err(crate::plugin::Error::Plugin { message, .. }) => {
-                if let Some(suppressed) = self.error_lines.take() {
-                    tracing::info!(plugin = %self.name, %key, %message, suppressed, "reconcile failed; retrying the key with backoff");
-                }
-                Some((message.clone(), false))
-            }
-            Err(error) => Some((super::error_text(error), true)),
-        };
         keys.finished(key, outcome.as_ref().map(|requeue| *requeue).map_err(|_| ()));
         let stats = keys.stats();
         let memory_bytes = instance.memory_bytes();
@@ -357,20 +347,31 @@ impl Worker {
             status.reconciles += 1;
             status.queue_depth = stats.depth;
             status.workqueue = Some(stats);
-            if let Some((message, trapped)) = &failed {
-                status.errors += 1;
-                status.traps += u64::from(*trapped);
-                status.last_error = Some(message.clone());
-            }
+            status.errors += u64::from(outcome.is_err());
         });
-        match failed {
-            Some((error, true)) => {
-                tracing::warn!(plugin = %self.name, %error, "plugin failed; its instance is dropped");
-                self.instance = None;
-                Delivery::Failed
+        match outcome.as_ref().err().map(CallError::of) {
+            None => Delivery::Done,
+            Some(CallError::Rejected(message)) => {
+                if let Some(suppressed) = self.error_lines.take() {
+                    tracing::info!(plugin = %self.name, %key, %message, suppressed, "reconcile failed; retrying the key with backoff");
+                }
+                update(&self.status, |status| status.last_error = Some(message.to_owned()));
+                Delivery::Done
             }
-            _ => Delivery::Done,
+            Some(CallError::Failed(error)) => self.drop_failed(error),
         }
+    }
+
+    /// Drops an instance that failed (trapped, overran its deadline or hit
+    /// its memory limit); the lifecycle starts a fresh one after a backoff.
+    fn drop_failed(&mut self, error: String) -> Delivery {
+        tracing::warn!(plugin = %self.name, %error, "plugin failed; its instance is dropped");
+        self.instance = None;
+        update(&self.status, |status| {
+            status.traps += 1;
+            status.last_error = Some(error);
+        });
+        Delivery::Failed
     }
 
     /// The next thing to do: replayed deltas first (while serving), then
@@ -545,12 +546,12 @@ impl Worker {
                     status.batches += 1;
                 }
             });
-            match handled {
-                Ok(()) => return Delivery::Done,
-                Err(crate::plugin::Error::Plugin { message, .. }) => {
+            match handled.as_ref().err().map(CallError::of) {
+                None => return Delivery::Done,
+                Some(CallError::Rejected(message)) => {
                     update(&self.status, |status| {
                         status.errors += 1;
-                        status.last_error = Some(message.clone());
+                        status.last_error = Some(message.to_owned());
                     });
                     let Some(backoff) = retry_backoff(&policy, attempt) else {
                         if let Some(suppressed) = self.error_lines.take() {
@@ -568,17 +569,27 @@ impl Worker {
                         return Delivery::Stopped;
                     }
                 }
-                Err(error) => {
-                    let error = super::error_text(&error);
-                    tracing::warn!(plugin = %self.name, %error, "plugin failed; its instance is dropped");
-                    self.instance = None;
-                    update(&self.status, |status| {
-                        status.traps += 1;
-                        status.last_error = Some(error);
-                    });
-                    return Delivery::Failed;
-                }
+                Some(CallError::Failed(error)) => return self.drop_failed(error),
             }
+        }
+    }
+}
+
+/// How a failed call is taken, for `handle` and `reconcile` alike.
+enum CallError<'a> {
+    /// The plugin returned an error: the batch or key is retried with
+    /// backoff (or skipped), and the instance kept.
+    Rejected(&'a str),
+    /// It trapped, overran its deadline or hit its memory limit: the
+    /// instance is dropped. The error as the log and the status show it.
+    Failed(String),
+}
+
+impl<'a> CallError<'a> {
+    fn of(error: &'a crate::plugin::Error) -> Self {
+        match error {
+            crate::plugin::Error::Plugin { message, .. } => Self::Rejected(message),
+            error => Self::Failed(super::error_text(error)),
         }
     }
 }
