@@ -110,7 +110,7 @@ impl ReflectorStatus {
 
 /// The delta logic of a Reflector, independent of any server.
 #[derive(Debug)]
-pub struct DeltaMaker {
+pub(crate) struct DeltaMaker {
     gvk: Arc<GroupVersionKind>,
     writer: IndexerWriter,
     transform: Transform,
@@ -124,7 +124,12 @@ pub struct DeltaMaker {
 impl DeltaMaker {
     /// A delta maker writing into `writer`'s cache.
     #[must_use]
-    pub fn new(gvk: GroupVersionKind, writer: IndexerWriter, transform: Transform, replaced_deltas: bool) -> Self {
+    pub(crate) fn new(
+        gvk: GroupVersionKind,
+        writer: IndexerWriter,
+        transform: Transform,
+        replaced_deltas: bool,
+    ) -> Self {
         Self {
             gvk: Arc::new(gvk),
             writer,
@@ -137,12 +142,12 @@ impl DeltaMaker {
 
     /// True while the first list is in progress.
     #[must_use]
-    pub fn in_initial_list(&self) -> bool {
+    pub(crate) fn in_initial_list(&self) -> bool {
         self.initial
     }
 
     /// Applies one watcher event to the cache; returns the deltas it makes.
-    pub fn step(&mut self, event: watcher::Event<CachedObject>) -> Vec<Delta> {
+    pub(crate) fn step(&mut self, event: watcher::Event<CachedObject>) -> Vec<Delta> {
         match event {
             watcher::Event::Init => {
                 self.relist = Some(Vec::new());
