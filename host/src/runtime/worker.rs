@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::controller::Keys;
 use super::lifecycle::{Event, Lifecycle, State, retry_backoff};
@@ -379,9 +379,16 @@ impl Worker {
     fn next_work(&mut self, due: Option<Instant>) -> Work {
         let serving = self.instance.is_some() && self.lifecycle.state() == State::Serving;
         let max_batch = self.live.manifest.limits.max_batch;
-        if serving && !self.pending.is_empty() {
-            let take = self.pending.len().min(max_batch);
-            return Work::Batch(self.pending.drain(..take).collect());
+        let moment = Moment {
+            serving,
+            pending: self.pending.len(),
+            controller: self.keys.is_some(),
+            interrupted: due.is_some() || *self.stopped.borrow() || !self.commands.is_empty(),
+            after_call: std::mem::take(&mut self.gathering),
+        };
+        let take = next_take(&moment, max_batch, self.live.manifest.limits.batch_window);
+        if let Take::Pending(count) = take {
+            return Work::Batch(self.pending.drain(..count).collect());
         }
         if serving && let Some(keys) = &self.keys {
             // A controller takes every ready delta first (they only queue
@@ -392,17 +399,11 @@ impl Worker {
                 }
             }
         }
-        let gathering = std::mem::take(&mut self.gathering);
-        if serving && self.keys.is_none() && due.is_none() && !*self.stopped.borrow() && self.commands.is_empty() {
-            // Deltas that queued while the last batch was handled: no wait.
+        if let Take::Ready { gather } = take {
             if let Some(batch) = self.ready_batch(max_batch) {
                 return Work::Batch(batch);
             }
-            // Right after a call, the next deltas are gathered for the batch
-            // window: one wakeup and one call for all of them, and no wakeup
-            // asked of the thread that queues them.
-            let window = self.live.manifest.limits.batch_window;
-            if gathering && !window.is_zero() {
+            if let Some(window) = gather {
                 std::thread::sleep(window);
                 if let Some(batch) = self.ready_batch(max_batch) {
                     return Work::Batch(batch);
@@ -594,6 +595,58 @@ impl<'a> CallError<'a> {
     }
 }
 
+/// What the worker knows when it looks for its next work.
+#[derive(Debug, Clone, Copy, Default)]
+struct Moment {
+    /// A live instance serves deltas (not starting, restarting or
+    /// quarantined).
+    serving: bool,
+    /// Replayed deltas waiting (a new version's initial list).
+    pending: usize,
+    /// The plugin is a controller: deltas only queue keys.
+    controller: bool,
+    /// Something else is due: a retry or restart time, a command, a stop.
+    interrupted: bool,
+    /// A call just ended.
+    after_call: bool,
+}
+
+/// Where the next batch of deltas comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// This many replayed deltas, before anything queued.
+    Pending(usize),
+    /// Deltas queued now, without waiting; if none, after sleeping `gather`
+    /// (the batch window) when it is set.
+    Ready {
+        /// The batch window to gather the next deltas in.
+        gather: Option<Duration>,
+    },
+    /// Whatever comes first: a batch, a key, a command, the stop, a due time.
+    Wait,
+}
+
+/// The batching rule. Replayed deltas go first, at most `max_batch` at a
+/// time. A plugin that handles deltas takes what queued while its last call
+/// ran at once, with no wakeup; right after a call it gathers the next
+/// deltas for `window` (one wakeup and one call for all of them) unless
+/// something else is due. A controller never gathers: its deltas only
+/// queue keys.
+fn next_take(moment: &Moment, max_batch: usize, window: Duration) -> Take {
+    if !moment.serving {
+        return Take::Wait;
+    }
+    if moment.pending > 0 {
+        return Take::Pending(moment.pending.min(max_batch));
+    }
+    if moment.controller || moment.interrupted {
+        return Take::Wait;
+    }
+    Take::Ready {
+        gather: (moment.after_call && !window.is_zero()).then_some(window),
+    }
+}
+
 /// The budget of a plugin's error lines in the host's log: error messages are
 /// the plugin's words and must not flood the log any more than its log lines.
 struct ErrorLines {
@@ -626,5 +679,88 @@ fn note_paused(status: &SharedStatus, instance: &mut PluginInstance) {
     let paused = instance.take_paused();
     if !paused.is_zero() {
         update(status, |status| status.cpu_paused_ms += paused.as_millis() as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_millis(5);
+
+    fn serving() -> Moment {
+        Moment {
+            serving: true,
+            ..Moment::default()
+        }
+    }
+
+    #[test]
+    fn replayed_deltas_go_first_in_batches_of_at_most_max_batch() {
+        let moment = Moment {
+            pending: 150,
+            after_call: true,
+            ..serving()
+        };
+        assert_eq!(next_take(&moment, 64, WINDOW), Take::Pending(64));
+        let moment = Moment { pending: 3, ..moment };
+        assert_eq!(next_take(&moment, 64, WINDOW), Take::Pending(3));
+    }
+
+    #[test]
+    fn deltas_that_queued_during_a_call_are_taken_at_once_and_the_next_gathered_for_the_window() {
+        assert_eq!(
+            next_take(
+                &Moment {
+                    after_call: true,
+                    ..serving()
+                },
+                64,
+                WINDOW
+            ),
+            Take::Ready { gather: Some(WINDOW) }
+        );
+        // After a quiet spell (no call just ended), a delta is taken at once.
+        assert_eq!(next_take(&serving(), 64, WINDOW), Take::Ready { gather: None });
+    }
+
+    #[test]
+    fn a_window_of_zero_never_waits() {
+        assert_eq!(
+            next_take(
+                &Moment {
+                    after_call: true,
+                    ..serving()
+                },
+                64,
+                Duration::ZERO
+            ),
+            Take::Ready { gather: None }
+        );
+    }
+
+    #[test]
+    fn a_due_time_a_command_or_a_stop_is_not_held_up_by_the_window() {
+        let moment = Moment {
+            after_call: true,
+            interrupted: true,
+            ..serving()
+        };
+        assert_eq!(next_take(&moment, 64, WINDOW), Take::Wait);
+    }
+
+    #[test]
+    fn a_controller_never_gathers_and_a_plugin_not_serving_takes_nothing() {
+        let controller = Moment {
+            after_call: true,
+            controller: true,
+            ..serving()
+        };
+        assert_eq!(next_take(&controller, 64, WINDOW), Take::Wait);
+        let restarting = Moment {
+            pending: 10,
+            ..Moment::default()
+        };
+        assert_eq!(next_take(&restarting, 64, WINDOW), Take::Wait);
     }
 }
