@@ -73,6 +73,34 @@ struct Load {
     compiling: Arc<tokio::sync::Mutex<()>>,
 }
 
+/// What a rescan does with a plugin the directory (or the embedder) holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Its version is the one last tried: nothing.
+    Keep,
+    /// Its version is loading already: wait for that load.
+    Await,
+    /// It changed back to the version last tried while another loaded:
+    /// drop that load, keep what runs.
+    Cancel,
+    /// It changed while an older version loaded: drop that load, load it.
+    Replace,
+    /// It is new or changed: load it.
+    Load,
+}
+
+/// The rescan's rule, from the version last tried (`applied`, whether it
+/// loaded or not), the version loading, and the version `wanted` now.
+fn step(applied: Option<&Fingerprint>, loading: Option<&Fingerprint>, wanted: &Fingerprint) -> Step {
+    match (applied == Some(wanted), loading) {
+        (true, None) => Step::Keep,
+        (true, Some(_)) => Step::Cancel,
+        (false, Some(loading)) if loading == wanted => Step::Await,
+        (false, Some(_)) => Step::Replace,
+        (false, None) => Step::Load,
+    }
+}
+
 /// The runtime's shared part: what every plugin of the directory runs with, and
 /// the plugins themselves.
 pub(super) struct Supervisor {
@@ -198,10 +226,14 @@ impl Supervisor {
     /// the directory's versions, without waiting for them.
     pub(super) async fn rescan(self: &Arc<Self>) -> Vec<Done> {
         let _one_at_a_time = self.rescanning.lock().await;
+        // A directory that cannot be read now unloads nothing: its plugins
+        // keep running until a scan says they are gone.
+        let mut scanned = true;
         let mut wanted = match self.dir.as_deref().map(directory::scan) {
             Some(Ok(wanted)) => wanted,
             Some(Err(error)) => {
-                tracing::warn!(error = %super::error_text(&error), "cannot scan the plugin directory");
+                tracing::warn!(error = %super::error_text(&error), "cannot scan the plugin directory; its plugins keep running");
+                scanned = false;
                 BTreeMap::new()
             }
             None => BTreeMap::new(),
@@ -217,7 +249,7 @@ impl Supervisor {
             let mut plugins = self.plugins();
             let gone: Vec<String> = plugins
                 .keys()
-                .filter(|name| !wanted.contains_key(*name))
+                .filter(|name| scanned && !wanted.contains_key(*name))
                 .cloned()
                 .collect();
             gone.iter().filter_map(|name| plugins.remove(name)).collect()
@@ -250,16 +282,27 @@ impl Supervisor {
             update(&plugin.status, |status| {
                 status.desired_digest = Some(files.fingerprint.digest.clone());
             });
-            if plugin.applied.as_ref() == Some(&files.fingerprint) {
-                continue;
-            }
-            if let Some(loading) = &plugin.loading {
-                if loading.fingerprint == files.fingerprint {
-                    loads.push(loading.done.clone());
+            let loading = plugin.loading.as_ref().map(|loading| &loading.fingerprint);
+            match step(plugin.applied.as_ref(), loading, &files.fingerprint) {
+                Step::Keep => continue,
+                Step::Await => {
+                    loads.extend(plugin.loading.as_ref().map(|loading| loading.done.clone()));
                     continue;
                 }
-                tracing::info!(plugin = %name, "plugin file changed while loading: loading the new one instead");
-                loading.task.abort();
+                Step::Cancel => {
+                    tracing::info!(plugin = %name, "plugin file changed back while its new version loaded: the load is dropped");
+                    if let Some(loading) = plugin.loading.take() {
+                        loading.task.abort();
+                    }
+                    continue;
+                }
+                Step::Replace => {
+                    tracing::info!(plugin = %name, "plugin file changed while loading: loading the new one instead");
+                    if let Some(loading) = plugin.loading.take() {
+                        loading.task.abort();
+                    }
+                }
+                Step::Load => {}
             }
             let (finished, done) = tokio::sync::watch::channel(());
             let fingerprint = files.fingerprint.clone();
@@ -401,6 +444,16 @@ impl Supervisor {
             return;
         }
         let Some(plugin) = plugins.get_mut(name) else { return };
+        // A load that a later rescan dropped (its file changed again, or
+        // back) after its last await swaps nothing in.
+        if plugin
+            .loading
+            .as_ref()
+            .is_none_or(|loading| loading.fingerprint != fingerprint)
+        {
+            tracing::debug!(plugin = %name, "a dropped load finished; its version is discarded");
+            return;
+        }
         plugin.applied = Some(fingerprint.clone());
         update(status, |status| status.load_error = None);
         let version = match plugin.worker.as_ref().filter(|worker| worker.alive()) {
@@ -523,5 +576,54 @@ impl Supervisor {
                 next(plugin, line);
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(digest: &str) -> Fingerprint {
+        Fingerprint {
+            digest: digest.into(),
+            manifest: None,
+        }
+    }
+
+    #[test]
+    fn a_new_or_changed_plugin_is_loaded_and_an_unchanged_one_left_alone() {
+        let (one, two) = (version("1"), version("2"));
+        assert_eq!(step(None, None, &one), Step::Load);
+        assert_eq!(step(Some(&one), None, &one), Step::Keep);
+        assert_eq!(step(Some(&one), None, &two), Step::Load);
+    }
+
+    #[test]
+    fn a_version_loading_already_is_awaited_not_loaded_twice() {
+        let (one, two) = (version("1"), version("2"));
+        assert_eq!(step(Some(&one), Some(&two), &two), Step::Await);
+        assert_eq!(step(None, Some(&one), &one), Step::Await);
+    }
+
+    #[test]
+    fn a_change_during_a_load_replaces_that_load() {
+        let (one, two, three) = (version("1"), version("2"), version("3"));
+        assert_eq!(step(Some(&one), Some(&two), &three), Step::Replace);
+    }
+
+    #[test]
+    fn a_file_changed_back_while_its_new_version_loads_drops_that_load() {
+        let (one, two) = (version("1"), version("2"));
+        assert_eq!(step(Some(&one), Some(&two), &one), Step::Cancel);
+    }
+
+    #[test]
+    fn a_manifest_change_is_a_new_version() {
+        let plain = version("1");
+        let configured = Fingerprint {
+            manifest: Some("config = \"x\"".into()),
+            ..version("1")
+        };
+        assert_eq!(step(Some(&plain), None, &configured), Step::Load);
     }
 }
