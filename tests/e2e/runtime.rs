@@ -178,7 +178,14 @@ async fn hostile_plugins_are_contained_and_a_neighbour_misses_nothing() {
         assert_eq!((status.traps, status.restarts), (3, 2), "{status:#?}");
         let error = status.last_error.as_deref().unwrap_or_default();
         assert!(error.contains(cause), "{name}: {error}");
+        assert!(!error.contains("wasm backtrace"), "the backtrace is for the debug log: {error}");
     }
+    // The trap says the plugin's own account first: its panic message.
+    let error = status(&statuses, "trap").last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("trapped in handle: panicked at") && error.contains("trapping on delta 3"),
+        "{error}"
+    );
     // Each fresh instance of the trapping plugin started from its initial list
     // and trapped on its 3rd delta; the panic messages reached its log through
     // stderr.

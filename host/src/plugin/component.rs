@@ -102,10 +102,9 @@ impl PluginComponent {
             Pre::Handler(pre) => Handler::instantiate(&mut store, pre).map(Exports::Handler),
             Pre::Controller(pre) => pre.instantiate(&mut store).map(Exports::Controller),
         }
-        .map_err(|source| Error::Trap {
-            plugin: self.name.clone(),
-            call: "instantiate",
-            source,
+        .map_err(|source| {
+            let stderr = store.data().log.stderr_tail();
+            super::trap::trap(&self.name, "instantiate", source, &stderr)
         })?;
         drop(running);
         Ok(PluginInstance {

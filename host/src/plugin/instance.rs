@@ -347,6 +347,7 @@ impl PluginInstance {
                 .budget
                 .resume(pause, Instant::now(), super::component::thread_cpu_time);
         }
+        self.store.data().log.begin_call();
         let running = super::component::start_call(&mut self.store, &self.clock, self.call_timeout);
         let outcome = f(&self.plugin, &mut self.store);
         drop(running);
@@ -361,11 +362,8 @@ impl PluginInstance {
             Err(source) => {
                 // After a trap the instance's state is undefined: never call it again.
                 self.poisoned = true;
-                Err(Error::Trap {
-                    plugin: self.name.clone(),
-                    call,
-                    source,
-                })
+                let stderr = self.store.data().log.stderr_tail();
+                Err(super::trap::trap(&self.name, call, source, &stderr))
             }
         }
     }

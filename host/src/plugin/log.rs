@@ -8,6 +8,8 @@ use crate::rate::TokenBucket;
 
 /// The longest log line kept; longer lines are cut.
 const MAX_LOG_LINE_LEN: usize = 4096;
+/// How many of a call's last stderr lines are kept to explain a trap.
+const STDERR_TAIL_LINES: usize = 32;
 /// How many recent log lines an instance keeps for status and tests.
 const RECENT_LOG_LINES: usize = 256;
 
@@ -38,6 +40,9 @@ struct LogState {
     budget: TokenBucket,
     recent: VecDeque<LogLine>,
     dropped: u64,
+    /// The last lines printed to stderr in the current call, rate limit or
+    /// not: what a trap is explained with.
+    stderr: VecDeque<String>,
 }
 
 impl PluginLog {
@@ -48,6 +53,7 @@ impl PluginLog {
                 budget: TokenBucket::per_second(lines_per_second),
                 recent: VecDeque::new(),
                 dropped: 0,
+                stderr: VecDeque::new(),
             })),
             sink,
         }
@@ -63,6 +69,27 @@ impl PluginLog {
 
     pub(crate) fn dropped(&self) -> u64 {
         self.state().dropped
+    }
+
+    /// A call begins: what it prints to stderr is kept from here on.
+    pub(crate) fn begin_call(&self) {
+        self.state().stderr.clear();
+    }
+
+    /// The last lines the current call printed to stderr, oldest first.
+    pub(crate) fn stderr_tail(&self) -> Vec<String> {
+        self.state().stderr.iter().cloned().collect()
+    }
+
+    /// Keeps a line printed to stderr for the explanation of a trap.
+    fn keep_stderr(&self, line: &str) {
+        let mut state = self.state();
+        if state.stderr.len() == STDERR_TAIL_LINES {
+            state.stderr.pop_front();
+        }
+        state
+            .stderr
+            .push_back(crate::text::sanitize(line, crate::text::MAX_ERROR_LEN));
     }
 
     /// Logs one line, unless the rate limit drops it.
@@ -115,7 +142,11 @@ impl OutputLines {
         let mut partial = self.partial.lock().unwrap_or_else(PoisonError::into_inner);
         for &byte in bytes {
             if byte == b'\n' {
-                self.log.write(self.level, &String::from_utf8_lossy(&partial));
+                let line = String::from_utf8_lossy(&partial);
+                if self.level == tracing::Level::WARN {
+                    self.log.keep_stderr(&line);
+                }
+                self.log.write(self.level, &line);
                 partial.clear();
             } else if partial.len() < MAX_LOG_LINE_LEN {
                 partial.push(byte);

@@ -2,8 +2,8 @@
 //!
 //! A [`PluginEngine`] compiles `.wasm` files into [`PluginComponent`]s; a
 //! component is instantiated into a [`PluginInstance`] with its own wasmtime
-//! `Store`, bound to the host's [`Caches`] for its `cache` imports and to a
-//! [`Writer`](crate::cluster::Writer) for its `cluster` imports. The instance
+//! `Store`, bound to the host's [`Caches`](crate::caches::Caches) for its `cache` imports and to a
+//! [`crate::cluster::Writer`] for its `cluster` imports. The instance
 //! runs `init` and `handle` under a time limit (epoch deadlines, not counting
 //! the time spent waiting for the API server), a share of CPU (paused at an
 //! epoch tick once its share of the window is spent, see `budget`) and a
@@ -36,6 +36,7 @@ mod host;
 mod instance;
 mod log;
 mod memory;
+mod trap;
 mod wasi;
 
 use std::path::{Path, PathBuf};
@@ -106,15 +107,18 @@ pub enum Error {
     },
     /// The plugin trapped, ran over its deadline or hit its memory limit. Its
     /// instance must not be called again.
-    #[error("{plugin}: trapped in {call}")]
+    #[error("{plugin}: trapped in {call}: {summary}")]
     Trap {
         /// The plugin's name.
         plugin: String,
         /// The export that trapped.
         call: &'static str,
-        /// The trap, with the guest backtrace when available.
-        #[source]
-        source: wasmtime::Error,
+        /// The plugin's own account of its failure, when it printed one (a
+        /// Python exception, a Rust panic message), then why wasmtime
+        /// stopped it: without the guest backtrace.
+        summary: String,
+        /// The trap as wasmtime reported it, guest backtrace included.
+        trap: wasmtime::Error,
     },
     /// The plugin returned an error from `init` or `handle`.
     #[error("{plugin}: {call} returned an error: {message}")]
