@@ -272,3 +272,26 @@ async fn javascript_plugins_record_what_the_server_did_and_see_only_their_grant(
         assert_eq!((status.traps, status.errors, status.restarts), (0, 0, 0), "{status:#?}");
     }
 }
+
+#[test]
+fn a_python_syntax_error_is_reported_as_python_says_it_at_the_file_s_path() {
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(
+        project.path().join("app.py"),
+        "import kinformer\n\nlabels = {\n\nWitWorld = None\n",
+    )
+    .unwrap();
+    let out = project.path().join("broken.wasm");
+    let build = std::process::Command::new(kinformer_tests::guest::root().join("guest-sdk/python/build"))
+        .arg(project.path())
+        .arg(&out)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&build.stderr);
+    assert!(!build.status.success(), "a broken plugin does not build: {said}");
+    assert!(!out.exists(), "no component is written");
+    let app = project.path().join("app.py");
+    assert!(said.contains("SyntaxError"), "{said}");
+    assert!(said.contains(&format!("\"{}\", line 3", app.display())), "{said}");
+    assert!(!said.contains("AssertionError") && !said.contains("Stack backtrace"), "{said}");
+}
