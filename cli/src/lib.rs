@@ -34,7 +34,7 @@ pub async fn serve(runtime: &Runtime, duration: Option<Duration>) {
             () = &mut end => break,
             _ = report.tick() => {
                 for status in runtime.status() {
-                    let progress = (status.state, status.deltas, status.errors, status.restarts, status.reloads);
+                    let progress = (status.state, status.deltas, status.outside_grant, status.errors, status.restarts, status.reloads);
                     if last.get(&status.name) == Some(&progress) {
                         continue;
                     }
@@ -42,6 +42,7 @@ pub async fn serve(runtime: &Runtime, duration: Option<Duration>) {
                         plugin = %status.name,
                         state = ?status.state,
                         deltas = status.deltas,
+                        outside_grant = status.outside_grant,
                         errors = status.errors,
                         restarts = status.restarts,
                         reloads = status.reloads,

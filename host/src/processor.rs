@@ -36,6 +36,9 @@ pub struct ListenerOptions {
     pub resync: Option<Duration>,
     /// The namespaces whose objects the listener is told about.
     pub scope: Scope,
+    /// Counts the deltas the listener is not told about because of its
+    /// scope; listeners given one counter count together.
+    pub outside_scope: Arc<AtomicU64>,
 }
 
 impl Default for ListenerOptions {
@@ -44,6 +47,7 @@ impl Default for ListenerOptions {
             queue_capacity: 4096,
             resync: None,
             scope: Scope::all(),
+            outside_scope: Arc::default(),
         }
     }
 }
@@ -60,6 +64,13 @@ impl ListenerOptions {
     #[must_use]
     pub fn scope(mut self, scope: Scope) -> Self {
         self.scope = scope;
+        self
+    }
+
+    /// Sets [`ListenerOptions::outside_scope`].
+    #[must_use]
+    pub fn count_outside_scope(mut self, counter: Arc<AtomicU64>) -> Self {
+        self.outside_scope = counter;
         self
     }
 
@@ -96,6 +107,7 @@ struct ListenerQueue {
     name: String,
     capacity: usize,
     scope: Scope,
+    outside_scope: Arc<AtomicU64>,
     state: Mutex<QueueState>,
     ready: Notify,
     overflows: AtomicU64,
@@ -110,6 +122,13 @@ impl ListenerQueue {
 
     fn push(&self, delta: Delta) {
         if !self.scope.contains(&delta.object) {
+            if self.outside_scope.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::info!(
+                    listener = %self.name,
+                    namespace = delta.object.namespace().unwrap_or_default(),
+                    "deltas outside the listener's namespaces (a plugin's grant.namespaces) are not delivered; its status counts them"
+                );
+            }
             return;
         }
         let mut state = self.lock();
@@ -156,6 +175,9 @@ pub struct ListenerStats {
     pub overflows: u64,
     /// Deltas dropped because a cache snapshot replaced them.
     pub dropped: u64,
+    /// Deltas not queued: outside the listener's scope (counted with every
+    /// listener that shares its counter).
+    pub outside_scope: u64,
 }
 
 /// Fans the deltas of one informer out to its listeners.
@@ -199,6 +221,7 @@ impl SharedProcessor {
             name: name.to_owned(),
             capacity: options.queue_capacity.max(1),
             scope: options.scope.clone(),
+            outside_scope: Arc::clone(&options.outside_scope),
             state: Mutex::new(QueueState {
                 deltas: VecDeque::new(),
                 snapshot: Snapshot::Initial,
@@ -401,6 +424,7 @@ impl Listener {
             queued: self.queue.lock().deltas.len(),
             overflows: self.queue.overflows.load(Ordering::Relaxed),
             dropped: self.queue.dropped.load(Ordering::Relaxed),
+            outside_scope: self.queue.outside_scope.load(Ordering::Relaxed),
         }
     }
 }
@@ -549,6 +573,10 @@ mod tests {
         assert_eq!(summary(&batch), [(DeltaType::Updated, "a/x".into(), "4".into())]);
         assert!(scoped.try_next_batch(10).is_none());
         assert_eq!(everything.try_next_batch(10).unwrap().len(), 2);
+        // What the scope hid is counted (the initial list is the scoped
+        // cache: nothing hidden there).
+        assert_eq!(scoped.stats().outside_scope, 1);
+        assert_eq!(everything.stats().outside_scope, 0);
     }
 
     #[test]

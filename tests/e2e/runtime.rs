@@ -178,7 +178,10 @@ async fn hostile_plugins_are_contained_and_a_neighbour_misses_nothing() {
         assert_eq!((status.traps, status.restarts), (3, 2), "{status:#?}");
         let error = status.last_error.as_deref().unwrap_or_default();
         assert!(error.contains(cause), "{name}: {error}");
-        assert!(!error.contains("wasm backtrace"), "the backtrace is for the debug log: {error}");
+        assert!(
+            !error.contains("wasm backtrace"),
+            "the backtrace is for the debug log: {error}"
+        );
     }
     // The trap says the plugin's own account first: its panic message.
     let error = status(&statuses, "trap").last_error.clone().unwrap_or_default();
@@ -295,6 +298,10 @@ async fn a_plugin_granted_one_namespace_sees_nothing_of_another() {
         );
     }
 
+    // What the grant hid is counted: the churn changes pods of ns-1 too.
+    assert!(status(&statuses, "spy").outside_grant > 0, "{statuses:#?}");
+    assert_eq!(status(&statuses, "no-pods").outside_grant, 0);
+
     let secrets = status(&statuses, "secrets");
     assert_eq!(secrets.refused.len(), 2, "{secrets:#?}");
     assert!(secrets.refused[0].contains("v1 Secret: not granted"), "{secrets:#?}");
@@ -314,6 +321,8 @@ async fn a_plugin_granted_one_namespace_sees_nothing_of_another() {
             "{name}: check and run disagree"
         );
     }
+    let spy = kinformer_cli::check::check(&d.join("spy.wasm"), None).unwrap().to_string();
+    assert!(spy.contains("sees namespaces ns-0 only"), "{spy}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -220,6 +220,11 @@ impl Scrape {
         )?;
         family.counter("kinformer_plugin_deltas", "Deltas handled.", per_plugin(|p| p.deltas))?;
         family.counter(
+            "kinformer_plugin_outside_grant_deltas",
+            "Deltas of subscribed resources not delivered: outside the plugin's granted namespaces.",
+            per_plugin(|p| p.outside_grant),
+        )?;
+        family.counter(
             "kinformer_plugin_batches",
             "Successful handle calls.",
             per_plugin(|p| p.batches),

@@ -89,6 +89,9 @@ pub struct PluginStatus {
     pub restarts: u64,
     /// New versions (file or manifest) swapped in.
     pub reloads: u64,
+    /// Deltas of the resources it subscribed to that it was not handed: in
+    /// namespaces outside its grant's `namespaces`.
+    pub outside_grant: u64,
     /// New versions replaced by the previous one after failing.
     pub rollbacks: u64,
     /// The last error of a running version, if any.
@@ -144,6 +147,7 @@ impl PluginStatus {
             cpu_paused_ms: 0,
             restarts: 0,
             reloads: 0,
+            outside_grant: 0,
             rollbacks: 0,
             last_error: None,
             writes: 0,

@@ -45,6 +45,9 @@ struct Plugin {
     writes: bool,
     /// It writes and waits for this replica to lead.
     standby: bool,
+    /// Deltas its listeners were not told about, across its versions:
+    /// outside its grant's namespaces.
+    outside_grant: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A load of one version of a plugin, running as a task of its own.
@@ -71,6 +74,7 @@ struct Load {
     /// The component of the last file that compiled.
     component: Option<PluginComponent>,
     compiling: Arc<tokio::sync::Mutex<()>>,
+    outside_grant: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What a rescan does with a plugin the directory (or the embedder) holds.
@@ -188,7 +192,11 @@ impl Supervisor {
     pub(super) fn status(&self) -> Vec<PluginStatus> {
         self.plugins()
             .values()
-            .map(|plugin| plugin.status.lock().unwrap_or_else(PoisonError::into_inner).clone())
+            .map(|plugin| {
+                let mut status = plugin.status.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                status.outside_grant = plugin.outside_grant.load(std::sync::atomic::Ordering::Relaxed);
+                status
+            })
             .collect()
     }
 
@@ -278,6 +286,7 @@ impl Supervisor {
                 compiling: Arc::default(),
                 writes: false,
                 standby: false,
+                outside_grant: Arc::default(),
             });
             update(&plugin.status, |status| {
                 status.desired_digest = Some(files.fingerprint.digest.clone());
@@ -311,6 +320,7 @@ impl Supervisor {
                 status: Arc::clone(&plugin.status),
                 component: plugin.component.clone(),
                 compiling: Arc::clone(&plugin.compiling),
+                outside_grant: Arc::clone(&plugin.outside_grant),
             };
             let supervisor = Arc::clone(self);
             let task = tokio::spawn(async move {
@@ -348,6 +358,7 @@ impl Supervisor {
             status,
             component,
             compiling,
+            outside_grant,
         } = load;
         let status = &status;
         let reload = self.plugins().get(name).is_some_and(|plugin| plugin.applied.is_some());
@@ -429,6 +440,7 @@ impl Supervisor {
             log_sink: self.status_sink(status),
             cluster: &self.cluster,
             status,
+            outside_grant,
         };
         let version = match Version::prepare(name, component, manifest, context).await {
             Ok(version) => version,

@@ -53,6 +53,8 @@ pub(super) struct Context<'a> {
     pub(super) cluster: &'a Cluster,
     /// The plugin's status, which counts its writes.
     pub(super) status: &'a SharedStatus,
+    /// Counts the deltas its grant's namespaces hide from it.
+    pub(super) outside_grant: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Version {
@@ -120,6 +122,7 @@ impl Version {
         wait_for_sync(name, &informers, manifest.limits.sync_timeout).await?;
         let listener_options = ListenerOptions::default()
             .queue_capacity(manifest.limits.queue_capacity)
+            .count_outside_scope(context.outside_grant)
             .scope(grant.namespaces().clone());
         Ok(Self {
             component,
