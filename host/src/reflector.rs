@@ -2,7 +2,7 @@
 //! Indexer in step, and turns every change into client-go style deltas.
 //!
 //! The watch protocol (paging, streaming lists, bookmarks, 410 relists, backoff
-//! with jitter) is kube-rs's [`watcher`]. On top of it the Reflector owns what
+//! with jitter) is kube-rs's [`watcher()`]. On top of it the Reflector owns what
 //! client-go's Reflector and DeltaFIFO own: comparing a relist with the cache so
 //! that objects deleted while disconnected are reported as `Deleted` with their
 //! last known state (tombstones), unchanged objects are not reported as updates,

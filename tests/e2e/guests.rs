@@ -293,5 +293,8 @@ fn a_python_syntax_error_is_reported_as_python_says_it_at_the_file_s_path() {
     let app = project.path().join("app.py");
     assert!(said.contains("SyntaxError"), "{said}");
     assert!(said.contains(&format!("\"{}\", line 3", app.display())), "{said}");
-    assert!(!said.contains("AssertionError") && !said.contains("Stack backtrace"), "{said}");
+    assert!(
+        !said.contains("AssertionError") && !said.contains("Stack backtrace"),
+        "{said}"
+    );
 }

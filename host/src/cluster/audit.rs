@@ -35,7 +35,7 @@ pub struct WriteRecord {
     /// Sent with `dryRun=All`.
     pub dry_run: bool,
     /// The object or patch sent (or that would have been), cut at 1 KiB
-    /// (whole for an [offline](Cluster::offline) cluster).
+    /// (whole for an [offline](super::Cluster::offline) cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
 }
