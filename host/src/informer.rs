@@ -94,6 +94,7 @@ impl Drop for Running {
 
 /// What one informer has done.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InformerStats {
     /// What it watches.
     pub key: InformerKey,

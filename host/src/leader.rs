@@ -30,6 +30,7 @@ use tokio::time::Instant;
 
 /// How a replica takes part in leader election.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaderElectionConfig {
     /// The Lease's name.
     pub lease_name: String,
@@ -286,6 +287,7 @@ impl Elector {
 /// Who leads, as this replica last saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct LeaderStatus {
     /// This replica's identity.
     pub identity: String,

@@ -29,6 +29,7 @@ const SHRINK_ABOVE: usize = 1024;
 
 /// Settings of one listener.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ListenerOptions {
     /// Deltas queued at most before the listener is switched to catch-up mode.
     pub queue_capacity: usize,
@@ -168,6 +169,7 @@ struct Registered {
 
 /// Counters of one listener.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListenerStats {
     /// Deltas waiting in the queue.
     pub queued: usize,

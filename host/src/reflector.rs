@@ -24,6 +24,7 @@ use crate::object::{CachedObject, Transform, WatchedObject};
 
 /// What a Reflector lists and watches, and how it reports.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ReflectorConfig {
     /// Only this namespace; all namespaces when `None`.
     pub namespace: Option<String>,

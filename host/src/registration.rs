@@ -48,6 +48,7 @@ pub struct IndexSpec {
 /// primary, owned and mapped resources are among the registration's
 /// subscriptions (the host adds them when the plugin did not).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ControllerSpec {
     /// The resource whose objects are the keys.
     pub primary: GroupVersionKind,

@@ -321,7 +321,9 @@ async fn a_plugin_granted_one_namespace_sees_nothing_of_another() {
             "{name}: check and run disagree"
         );
     }
-    let spy = kinformer_cli::check::check(&d.join("spy.wasm"), None).unwrap().to_string();
+    let spy = kinformer_cli::check::check(&d.join("spy.wasm"), None)
+        .unwrap()
+        .to_string();
     assert!(spy.contains("sees namespaces ns-0 only"), "{spy}");
 }
 

@@ -19,6 +19,7 @@ pub type WriteObserver = Arc<dyn Fn(&WriteRecord) + Send + Sync>;
 /// One write a plugin asked for and how it ended, as the audit line says it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct WriteRecord {
     /// `create`, `update`, `patch`, `apply` or `delete` (an event is a create
     /// or, when it repeats, a patch of an Event).

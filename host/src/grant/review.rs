@@ -13,6 +13,7 @@ use crate::selector::Selector;
 /// What a grant makes of a registration: what the plugin gets, and what it is
 /// refused and why.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Review {
     /// The subscriptions the plugin gets, in registration order.
     pub subscriptions: Vec<Subscription>,
@@ -52,6 +53,7 @@ impl Review {
 
 /// A subscription or index a plugin asked for and does not get.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Refusal {
     /// What was asked for: `v1 Pod`, `v1 Pod in namespace a`, `index node on v1 Pod`.
     pub what: String,

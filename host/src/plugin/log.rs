@@ -15,6 +15,7 @@ const RECENT_LOG_LINES: usize = 256;
 
 /// One line a plugin logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LogLine {
     /// Its severity.
     pub level: tracing::Level,

@@ -53,6 +53,7 @@ impl DurationHistogram {
 /// A snapshot of one work queue's metrics. The client-go metric each field
 /// stands for is named on it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkQueueStats {
     /// Keys waiting to be handed out, counting a key added again while being
     /// processed (`workqueue_depth`). Delayed keys count once their delay is over.
