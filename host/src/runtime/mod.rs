@@ -124,13 +124,15 @@ pub enum Error {
         #[source]
         source: Box<crate::informer::Error>,
     },
-    /// The plugin registered an index it cannot have.
-    #[error("{plugin}: {reason}")]
+    /// What the plugin registered cannot be served: over its limits, an
+    /// index it cannot have, a primary resource it is not granted.
+    #[error("{plugin}: {source}")]
     Registration {
         /// The plugin.
         plugin: String,
         /// What is wrong.
-        reason: String,
+        #[source]
+        source: prepare::PrepareError,
     },
     /// A step of loading the plugin took longer than its limit.
     #[error("{plugin}: {step} took longer than {} ms ({key}){detail}", limit.as_millis())]

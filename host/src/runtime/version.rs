@@ -95,9 +95,9 @@ impl Version {
             "plugin initialised"
         );
 
-        let registration_error = |error: PrepareError| Error::Registration {
+        let registration_error = |source: PrepareError| Error::Registration {
             plugin: name.to_owned(),
-            reason: error.to_string(),
+            source,
         };
         let review = prepare::review(name, &grant, &registration, &manifest.limits).map_err(registration_error)?;
         let mut informers: Vec<(SharedIndexInformer, bool)> = Vec::new();
