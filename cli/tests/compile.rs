@@ -51,6 +51,31 @@ fn a_new_component_compiles_in_a_child_process_and_then_loads_from_the_cache() {
 }
 
 #[test]
+fn a_cache_directory_given_relative_to_where_the_command_runs_works() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("delta-logger.wasm"), plugin_artifacts::DELTA_LOGGER).unwrap();
+    // As a user types it: `kinformer check --cache-dir cache delta-logger.wasm`.
+    let check = || {
+        Command::new(env!("CARGO_BIN_EXE_kinformer"))
+            .current_dir(dir.path())
+            .args(["check", "--cache-dir", "cache", "delta-logger.wasm"])
+            .output()
+            .expect("kinformer runs")
+    };
+    let first = check();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert_eq!(
+        markers(&dir.path().join("cache")),
+        1,
+        "the cache is under the working directory"
+    );
+    // The second check loads from the cache: no compile.
+    let second = check();
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(!stderr(&second).contains("compiling plugin"), "{}", stderr(&second));
+}
+
+#[test]
 fn a_component_that_does_not_compile_reports_the_compilers_error_and_is_not_noted() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
