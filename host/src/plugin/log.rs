@@ -144,16 +144,31 @@ impl OutputLines {
         for &byte in bytes {
             if byte == b'\n' {
                 let line = String::from_utf8_lossy(&partial);
-                if self.level == tracing::Level::WARN {
+                let mut level = self.level;
+                if level == tracing::Level::WARN {
                     self.log.keep_stderr(&line);
+                    if is_runtime_noise(&line) {
+                        level = tracing::Level::DEBUG;
+                    }
                 }
-                self.log.write(self.level, &line);
+                self.log.write(level, &line);
                 partial.clear();
             } else if partial.len() < MAX_LOG_LINE_LEN {
                 partial.push(byte);
             }
         }
     }
+}
+
+/// A line a guest's language runtime prints on stderr after the plugin's own
+/// account of a failure, telling nothing of it: Rust's hint about
+/// `RUST_BACKTRACE` (no use in a component) and componentize-py's panic for
+/// an exception it did not expect. Logged at debug: the trap's message says
+/// the failure (see `trap`).
+fn is_runtime_noise(line: &str) -> bool {
+    line.starts_with("note: run with `RUST_BACKTRACE=1`")
+        || line == "Python function threw an unexpected exception"
+        || line.contains(" panicked at runtime/src/lib.rs:")
 }
 
 impl wasmtime_wasi::cli::IsTerminal for OutputLines {
@@ -250,6 +265,29 @@ mod tests {
         let sunk: Vec<LogLine> = lines.lock().unwrap().iter().map(|(_, line)| line.clone()).collect();
         assert_eq!(sunk, expected);
         assert!(lines.lock().unwrap().iter().all(|(plugin, _)| plugin == "printer"));
+    }
+
+    #[test]
+    fn a_language_runtime_s_panic_lines_go_to_debug_and_the_plugin_s_own_stay() {
+        let log = PluginLog::new("python", 100, None);
+        let stderr = log.output(tracing::Level::WARN);
+        stderr.push(
+            b"KeyError: 'app'\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\n\
+              Python function threw an unexpected exception\n\
+              note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n",
+        );
+        let levels: Vec<(tracing::Level, String)> = log
+            .recent()
+            .into_iter()
+            .map(|line| (line.level, line.message))
+            .collect();
+        assert_eq!(levels[0], (tracing::Level::WARN, "KeyError: 'app'".to_owned()));
+        assert!(
+            levels[1..].iter().all(|(level, _)| *level == tracing::Level::DEBUG),
+            "{levels:?}"
+        );
+        // The trap's explanation still reads every line.
+        assert_eq!(log.stderr_tail().len(), 4);
     }
 
     #[test]
