@@ -1,4 +1,4 @@
-//! The HTTP surface: Kubernetes REST paths, discovery, and the `/sim` control API.
+//! The HTTP surface: Kubernetes REST paths, discovery, `metrics.k8s.io`, and the `/sim` control API.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, Start, WatchRequest};
-use crate::{Shared, resources, server_stats};
+use crate::{Shared, metrics, resources, server_stats};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
@@ -125,11 +125,14 @@ impl Request<'_> {
             )),
             ["apis"] => {
                 let defs = store.defs();
-                Ok(json_response(
-                    StatusCode::OK,
-                    &resources::group_list(defs.iter().map(|d| &**d)),
-                ))
+                let mut list = resources::group_list(defs.iter().map(|d| &**d));
+                // An aggregated API is listed after the built-in groups.
+                if let Some(groups) = list["groups"].as_array_mut() {
+                    groups.push(metrics::api::group());
+                }
+                Ok(json_response(StatusCode::OK, &list))
             }
+            ["apis", metrics::api::GROUP, ref rest @ ..] => self.metrics(rest),
             ["api", "v1"] => self.resource_list("", "v1"),
             ["apis", group, version] => self.resource_list(group, version),
             ["apis", group] => {
@@ -150,6 +153,32 @@ impl Request<'_> {
             ["api", "v1", ref rest @ ..] => self.resource("", "v1", rest),
             ["apis", group, version, ref rest @ ..] => self.resource(group, version, rest),
             _ => Err(ApiError::no_route(self.path)),
+        }
+    }
+
+    /// `/apis/metrics.k8s.io/...`, as metrics-server answers behind the aggregator.
+    fn metrics(&self, rest: &[&str]) -> Result<Response> {
+        let request = metrics::api::Request {
+            method: self.method,
+            path: self.path,
+            rest,
+            query: self.query,
+            table: self.wants_table(),
+        };
+        match metrics::api::serve(&self.shared.store, &request)? {
+            metrics::api::Answer::Json(value) => Ok(json_response(StatusCode::OK, &value)),
+            // The aggregator's answer is Go's `http.Error`: plain text, no Status.
+            metrics::api::Answer::Unavailable => {
+                let mut response = Response::new(Body::from("service unavailable\n"));
+                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                let headers = response.headers_mut();
+                headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+                Ok(response)
+            }
         }
     }
 
@@ -512,6 +541,13 @@ fn sim_control(shared: &Shared, method: &Method, path: &str, query: &HashMap<Str
         }
         (&Method::POST, "faults/latency") => {
             faults.set_latency(Duration::from_millis(number("ms", 0)));
+            StatusCode::NO_CONTENT.into_response()
+        }
+        (&Method::POST, "metrics/available") => {
+            shared
+                .store
+                .metrics()
+                .set_available(query.get("on").is_none_or(|on| on != "false"));
             StatusCode::NO_CONTENT.into_response()
         }
         (&Method::POST, "compact") => {

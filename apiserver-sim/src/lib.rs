@@ -13,6 +13,14 @@
 //! which start [`SimConfig::pod_start_delay`] later, and the statuses follow;
 //! the dependents of a deleted Deployment or ReplicaSet are deleted.
 //!
+//! The resource metrics API, `metrics.k8s.io/v1beta1`, is served as
+//! metrics-server serves it behind the aggregator, so that `kubectl top` and an
+//! HPA controller read pod and node usage from it: `PodMetrics` and
+//! `NodeMetrics`, get and list only (no watch, no writes: 405), and 503 while
+//! [`Metrics::set_available`] has it down. The usage is in no object: it is a
+//! table beside the store ([`ApiServer::metrics`]), set by the workload, by the
+//! ReplicaSet controller for new pods, and by tests ([`Metrics::set_pod_cpu`]).
+//!
 //! [`Faults`] injects what real clusters do to clients: dropped watches, 410s,
 //! 429/500 answers, hung watches and latency. [`workload::Workload`] generates a
 //! seeded synthetic cluster workload, whose CPU load is random or rises and falls
@@ -60,6 +68,7 @@
 mod controllers;
 mod faults;
 mod http;
+pub mod metrics;
 pub mod resources;
 pub mod status;
 pub mod store;
@@ -78,6 +87,7 @@ use serde::Serialize;
 use serde_json::json;
 
 pub use faults::{FaultCounts, Faults};
+pub use metrics::{Metrics, Usage};
 pub use resources::ResourceDef;
 use store::{ResourceId, Store};
 
@@ -360,6 +370,13 @@ impl ApiServer {
     #[must_use]
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
+    }
+
+    /// The pods' resource usage that `metrics.k8s.io` serves, and the switch
+    /// that takes that API down; see [`Metrics`].
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        self.shared.store.metrics()
     }
 
     /// Serves another resource type (as registering a CRD does).

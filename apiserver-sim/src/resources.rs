@@ -229,6 +229,9 @@ pub(crate) mod ids {
     pub(crate) fn pods() -> ResourceId {
         ResourceId::new("", "v1", "pods")
     }
+    pub(crate) fn events() -> ResourceId {
+        ResourceId::new("", "v1", "events")
+    }
     pub(crate) fn configmaps() -> ResourceId {
         ResourceId::new("", "v1", "configmaps")
     }

@@ -119,6 +119,33 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message)
     }
 
+    /// 405, as the API server's router answers a method that no route of the
+    /// path takes (a write to a read-only API), with empty details.
+    #[must_use]
+    pub fn method_not_routed() -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+        .about("", "", "")
+    }
+
+    /// 405: the resource serves no such verb, e.g. `watch is not supported on
+    /// resources of kind "pods.metrics.k8s.io"`.
+    #[must_use]
+    pub fn method_not_supported(group: &str, plural: &str, verb: &str) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!(
+                "{verb} is not supported on resources of kind \"{}\"",
+                qualified(group, plural)
+            ),
+        )
+        .about(group, plural, "")
+    }
+
     /// 415: the patch type is not supported.
     #[must_use]
     pub fn unsupported_media_type(content_type: &str) -> Self {
@@ -199,7 +226,13 @@ impl ApiError {
             "code": self.code,
         });
         if let Some((name, kind, group)) = &self.details {
-            status["details"] = json!({"name": name, "group": group, "kind": kind});
+            // Empty fields are left out, as the API server serializes them.
+            let details: serde_json::Map<String, Value> = [("name", name), ("group", group), ("kind", kind)]
+                .into_iter()
+                .filter(|(_, value)| !value.is_empty())
+                .map(|(field, value)| (field.to_owned(), json!(value)))
+                .collect();
+            status["details"] = Value::Object(details);
         }
         status
     }

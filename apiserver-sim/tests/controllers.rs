@@ -12,8 +12,6 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::time::timeout;
 
-const USAGE: &str = "metrics.kinformer.dev/cpu-millicores";
-
 async fn start(config: SimConfig) -> (ApiServer, Client) {
     let server = ApiServer::start(config.pod_start_delay(Duration::from_millis(20)))
         .await
@@ -85,7 +83,7 @@ fn is_ready(pod: &Pod) -> bool {
 
 #[tokio::test]
 async fn a_deployment_gets_a_replicaset_of_running_pods_and_a_status_that_converges() {
-    let (_server, client) = start(SimConfig::default()).await;
+    let (server, client) = start(SimConfig::default()).await;
     let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
     let created = deployments
         .create(&PostParams::default(), &deployment("web", 3))
@@ -113,7 +111,9 @@ async fn a_deployment_gets_a_replicaset_of_running_pods_and_a_status_that_conver
             ("ReplicaSet", replicaset.name_any().as_str())
         );
         assert_eq!(owner.controller, Some(true));
-        assert!(pod.annotations().contains_key(USAGE), "{pod:?} has no usage");
+        let usage = server.metrics().pod_cpu("default", &pod.name_any());
+        assert!(usage.is_some(), "{pod:?} has no usage in the metrics table");
+        assert!(pod.annotations().is_empty(), "{pod:?} carries annotations");
         assert_eq!(pod.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
         assert!(is_ready(pod), "{pod:?} is not ready");
     }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use apiserver_sim::store::{PatchType, ResourceId};
+use apiserver_sim::store::{PatchType, ResourceId, WriteOptions};
 use apiserver_sim::{ApiServer, SimConfig};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -226,4 +226,109 @@ async fn kubectl_applies_server_side_scales_and_waits_for_a_rollout() {
     assert!(rolled_out.contains("successfully rolled out"), "{rolled_out}");
     let pods = ResourceId::new("", "v1", "pods");
     assert_eq!(server.store().count(&pods), 3);
+}
+
+/// A pod written as the scheduler and kubelet leave it: on `node`, Running.
+fn running_pod(server: &ApiServer, namespace: &str, name: &str, node: &str) {
+    let pods = ResourceId::new("", "v1", "pods");
+    server
+        .store()
+        .create(
+            &pods,
+            Some(namespace),
+            json!({"metadata": {"name": name, "labels": {"app": "web"}},
+                   "spec": {"nodeName": node, "containers": [{"name": "app", "image": "app:1"}]}}),
+        )
+        .expect("the store takes the pod");
+    server
+        .store()
+        .transaction(WriteOptions::default())
+        .update(
+            &pods,
+            Some(namespace),
+            name,
+            json!({"status": {"phase": "Running"}}),
+            true,
+        )
+        .expect("the store takes the pod's status");
+}
+
+/// The cells of `kubectl top`'s row for `name`.
+fn row<'a>(table: &'a str, name: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.first() == Some(&name))
+        .unwrap_or_else(|| panic!("no row for {name} in:\n{table}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_top_prints_the_usage_of_pods_and_nodes() {
+    let Some(kubectl) = kubectl() else { return };
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let nodes = ResourceId::new("", "v1", "nodes");
+    for node in ["node-a", "node-b"] {
+        server
+            .store()
+            .create(&nodes, None, json!({"metadata": {"name": node}}))
+            .unwrap();
+        server
+            .store()
+            .transaction(WriteOptions::default())
+            .update(
+                &nodes,
+                None,
+                node,
+                json!({"status": {"capacity": {"cpu": "4", "memory": "8Gi"},
+                                  "allocatable": {"cpu": "4", "memory": "8Gi"}}}),
+                true,
+            )
+            .unwrap();
+    }
+    running_pod(&server, "default", "web-a", "node-a");
+    running_pod(&server, "default", "web-b", "node-a");
+    let metrics = server.metrics();
+    metrics.set_pod_cpu("default", "web-a", 120);
+    metrics.set_pod_memory("default", "web-a", 64 * 1024 * 1024);
+    metrics.set_pod_cpu("default", "web-b", 80);
+    metrics.set_pod_memory("default", "web-b", 32 * 1024 * 1024);
+
+    let top = |args: &'static [&'static str]| {
+        let (kc, config) = (kubectl.clone(), kubeconfig.clone());
+        tokio::task::spawn_blocking(move || run(&kc, &config, args))
+    };
+    let pods = top(&["top", "pods", "-n", "default"]).await.unwrap();
+    assert_eq!(row(&pods, "web-a"), ["web-a", "120m", "64Mi"], "{pods}");
+    assert_eq!(row(&pods, "web-b"), ["web-b", "80m", "32Mi"], "{pods}");
+
+    // A node: what it uses itself (100m, 512Mi) and what its pods use.
+    let nodes = top(&["top", "nodes"]).await.unwrap();
+    assert_eq!(row(&nodes, "node-a")[1..4], ["300m", "7%", "608Mi"], "{nodes}");
+    assert_eq!(row(&nodes, "node-b")[1..4], ["100m", "2%", "512Mi"], "{nodes}");
+
+    // kubectl get asks for a Table, with metrics-server's columns (CPU in
+    // nanocores, a little under the 120m set).
+    let table = top(&["get", "pods.metrics.k8s.io", "-n", "default"]).await.unwrap();
+    assert!(table.starts_with("NAME"), "{table}");
+    let cells = row(&table, "web-a");
+    assert_eq!((cells[2], cells[3]), ("64Mi", "15s"), "{table}");
+    assert!(cells[1].starts_with("119") && cells[1].ends_with('n'), "{table}");
+
+    // metrics-server down: kubectl reports what the aggregator answered.
+    server.metrics().set_available(false);
+    let output = Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["top", "pods", "-n", "default"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the server is currently unable to handle the request"),
+        "{stderr}"
+    );
 }

@@ -4,7 +4,8 @@
 //! so it serves every Deployment, whoever writes it: kube-rs, kubectl, a
 //! plugin, or the synthetic workload. It follows the store's change feed (which
 //! is never compacted) and, for each Deployment or ReplicaSet whose own objects
-//! changed (a pod's usage update is no such change), runs one step that brings
+//! changed (a pod's status update that leaves its readiness is no such change),
+//! runs one step that brings
 //! it to its spec, finding what each owns through the store's index of
 //! controller references:
 //!
@@ -15,9 +16,9 @@
 //!   `readyReplicas`, `availableReplicas`, `unavailableReplicas`,
 //!   `observedGeneration`, the `Available` and `Progressing` conditions);
 //! - the ReplicaSet controller ([`replicaset::sync`]): pods made from the
-//!   template, owned through a controller reference, with the workload's CPU
-//!   usage annotation, deleted not-ready-first then newest-first when there are
-//!   too many; then the ReplicaSet's status;
+//!   template, owned through a controller reference, each with a first CPU
+//!   usage in the metrics table (`Store::metrics`), deleted not-ready-first
+//!   then newest-first when there are too many; then the ReplicaSet's status;
 //! - the garbage collector's part ([`collect_garbage`]): the ReplicaSets of a
 //!   deleted Deployment and the pods of a deleted ReplicaSet, found by the uid
 //!   in their controller reference, are deleted (background propagation; an
@@ -290,7 +291,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// Marks what a change concerns: a Deployment for its own changes and its
 /// ReplicaSets'; a ReplicaSet for its pods' when no Deployment controls it; the
 /// dependents of a deleted owner. A pod change that leaves its existence,
-/// readiness and owner as they were (a usage update) concerns nobody.
+/// readiness and owner as they were concerns nobody.
 fn note(store: &Store, change: &Event, dirty: &mut Dirty) {
     let object = &change.object;
     let namespace = object.namespace.clone().unwrap_or_default();

@@ -1,4 +1,4 @@
-//! The ReplicaSet controller: as many pods as `spec.replicas`, made from the template, and a status that counts them.
+//! The ReplicaSet controller: as many pods as `spec.replicas`, made from the template (each with its first CPU usage in the metrics table), and a status that counts them.
 
 use std::sync::Arc;
 
@@ -8,7 +8,6 @@ use super::{PodChoices, is_deleting, is_ready, omit_zero, owner_reference};
 use crate::resources::ids;
 use crate::status::Result;
 use crate::store::{Preconditions, StoredObject, Transaction};
-use crate::workload::CPU_USAGE_ANNOTATION;
 
 /// What a synced ReplicaSet holds, for its Deployment's status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,9 +48,15 @@ pub(crate) fn sync(
 
     let missing = desired - live.len() as i64;
     for _ in 0..missing.max(0) {
-        let siblings: Vec<u32> = live.iter().filter_map(|pod| usage(pod)).collect();
-        let pod = new_pod(&replicaset, &choices.node(), choices.usage(&siblings));
-        live.push(transaction.create(&ids::pods(), Some(namespace), pod)?);
+        let siblings: Vec<u32> = live
+            .iter()
+            .filter_map(|pod| transaction.metrics().pod_cpu(namespace, &pod.name))
+            .collect();
+        let pod = new_pod(&replicaset, &choices.node());
+        let usage = choices.usage(&siblings);
+        let pod = transaction.create(&ids::pods(), Some(namespace), pod)?;
+        transaction.metrics().set_pod_cpu(namespace, &pod.name, usage);
+        live.push(pod);
     }
     if missing < 0 {
         // As the ReplicaSet controller ranks them: pods that are not ready go
@@ -88,15 +93,10 @@ pub(crate) fn sync(
 }
 
 /// A new pod of the ReplicaSet: its template, owned by it through a controller
-/// reference, on `node`, with `usage` as its CPU usage annotation. The one place
-/// the emulation makes a pod of a Deployment.
-pub(crate) fn new_pod(replicaset: &StoredObject, node: &str, usage: u32) -> Value {
+/// reference, on `node`. The one place the emulation makes a pod of a
+/// Deployment.
+pub(crate) fn new_pod(replicaset: &StoredObject, node: &str) -> Value {
     let template = &replicaset.value["spec"]["template"];
-    let mut annotations = template["metadata"]["annotations"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    annotations.insert(CPU_USAGE_ANNOTATION.into(), json!(usage.to_string()));
     let mut spec = template["spec"].as_object().cloned().unwrap_or_default();
     spec.insert("nodeName".into(), json!(node));
     for (field, default) in [
@@ -108,23 +108,18 @@ pub(crate) fn new_pod(replicaset: &StoredObject, node: &str, usage: u32) -> Valu
     ] {
         spec.entry(field).or_insert(default);
     }
-    json!({
+    let mut pod = json!({
         "metadata": {
             "generateName": format!("{}-", replicaset.name),
             "labels": template["metadata"]["labels"].as_object().cloned().unwrap_or_else(Map::new),
-            "annotations": annotations,
             "ownerReferences": [owner_reference(replicaset)],
         },
         "spec": spec,
-    })
-}
-
-/// The pod's CPU usage annotation, in millicores.
-fn usage(pod: &StoredObject) -> Option<u32> {
-    pod.value["metadata"]["annotations"][CPU_USAGE_ANNOTATION]
-        .as_str()?
-        .parse()
-        .ok()
+    });
+    if let Some(annotations) = template["metadata"].get("annotations") {
+        pod["metadata"]["annotations"] = annotations.clone();
+    }
+    pod
 }
 
 pub(super) fn delete_pod(transaction: &mut Transaction<'_>, pod: &StoredObject) -> Result<()> {

@@ -41,6 +41,7 @@ pub use list::{ListOptions, ListPage};
 pub use meta::now_rfc3339;
 pub use write::{PatchType, WriteOptions};
 
+use crate::metrics::Metrics;
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
 
@@ -200,10 +201,15 @@ struct State {
 }
 
 /// The store shared by the HTTP handlers, the watches and the workload.
+///
+/// Beside the objects it holds the pods' resource usage ([`Store::metrics`]):
+/// no part of any object, as in a cluster, but dropped in the same write that
+/// deletes its pod.
 pub struct Store {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     feeds: Mutex<Vec<Feed>>,
+    metrics: Metrics,
 }
 
 /// A follower of every change of some resources; see [`Store::feed`].
@@ -235,7 +241,14 @@ impl Store {
             }),
             changed,
             feeds: Mutex::new(Vec::new()),
+            metrics: Metrics::default(),
         }
+    }
+
+    /// The pods' resource usage, as metrics-server serves it.
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -376,6 +389,12 @@ impl Transaction<'_> {
         &self.options
     }
 
+    /// The pods' resource usage; see [`Store::metrics`].
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        &self.store.metrics
+    }
+
     /// The object, if it exists.
     ///
     /// # Errors
@@ -472,6 +491,11 @@ impl Transaction<'_> {
         }
         if event_type == EventType::Deleted {
             collection.objects.remove(&object.key);
+            if id.group.is_empty() && id.plural == "pods" {
+                self.store
+                    .metrics
+                    .forget_pod(object.namespace.as_deref().unwrap_or_default(), &object.name);
+            }
         } else {
             if let Some(owner) = &object.controller_uid {
                 collection

@@ -473,8 +473,27 @@ pub(super) fn patch_value(
 
 /// Fills in the defaults a real server fills in that the emulation's
 /// controllers and the `scale` subresource rely on: `spec.replicas` of the
-/// `apps` workloads is 1 unless set.
+/// `apps` workloads is 1 unless set. A Secret's `stringData` is folded into
+/// its `data` (each value base64-encoded, over a key `data` has too) and
+/// not stored, as kube-apiserver does.
 fn apply_defaults(def: &ResourceDef, body: &mut Value) {
+    if def.group.is_empty()
+        && def.kind == "Secret"
+        && let Some(object) = body.as_object_mut()
+        && let Some(Value::Object(strings)) = object.remove("stringData")
+    {
+        use base64::Engine as _;
+        let data = object.entry("data").or_insert_with(|| json!({}));
+        if data.is_null() {
+            *data = json!({});
+        }
+        if let Some(data) = data.as_object_mut() {
+            for (key, value) in strings {
+                let text = value.as_str().unwrap_or_default();
+                data.insert(key, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+            }
+        }
+    }
     let replicated = def.group == "apps" && matches!(def.kind.as_str(), "Deployment" | "ReplicaSet" | "StatefulSet");
     if replicated && let Some(object) = body.as_object_mut() {
         let spec = object.entry("spec").or_insert_with(|| json!({}));
@@ -601,5 +620,33 @@ mod tests {
             .patch(&configmaps, Some("a"), "cm", PatchType::Json, failing, false)
             .unwrap_err();
         assert_eq!(error.code, 422);
+    }
+
+    #[test]
+    fn a_secrets_string_data_is_folded_into_its_data_and_not_stored() {
+        let (store, _) = store();
+        let secrets = ResourceId::new("", "v1", "secrets");
+        let created = store
+            .create(
+                &secrets,
+                Some("a"),
+                json!({"metadata": {"name": "s"}, "data": {"kept": "eA==", "url": "b2xk"},
+                       "stringData": {"url": "https://x"}}),
+            )
+            .unwrap();
+        assert_eq!(created.value["data"], json!({"kept": "eA==", "url": "aHR0cHM6Ly94"}));
+        assert!(created.value.get("stringData").is_none());
+        let patched = store
+            .patch(
+                &secrets,
+                Some("a"),
+                "s",
+                PatchType::Merge,
+                json!({"stringData": {"token": "t"}}),
+                false,
+            )
+            .unwrap();
+        assert_eq!(patched.value["data"]["token"], "dA==");
+        assert!(patched.value.get("stringData").is_none());
     }
 }

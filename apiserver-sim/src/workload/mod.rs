@@ -1,9 +1,11 @@
 //! A seeded synthetic workload: namespaces of deployments whose pods churn, with HPAs and configmaps.
 //!
 //! The workload writes what a cluster's users and metrics pipeline write:
-//! Deployments, HPAs, ConfigMaps, pod CPU usage (the
-//! [`CPU_USAGE_ANNOTATION`]), pod deletions (as a failing node causes) and
-//! scaling. What a cluster's controllers write — ReplicaSets, pods, statuses —
+//! Deployments, HPAs and their status, ConfigMaps, pod deletions (as a failing
+//! node causes) and scaling, and it sets the pods' CPU usage in the metrics
+//! table that `metrics.k8s.io` serves ([`Store::metrics`]; usage is in no
+//! object, so a usage update is no change a watch sees). What a cluster's
+//! controllers write — ReplicaSets, pods, statuses —
 //! comes from the controllers' code (see `SimConfig::controllers`), which the
 //! workload runs for a Deployment right after writing to it: its pods appear
 //! at once, on seeded nodes with seeded usage, and start at once, so the
@@ -18,7 +20,10 @@
 //! # Load
 //!
 //! [`Load::Random`] (the default) sets the usage of one pod at a time to a
-//! random 20 to 400 millicores. [`Load::Phases`] gives each Deployment a CPU
+//! random 20 to 400 millicores, and writes HPA status as an autoscaler would
+//! from the pods' usage (their mean utilization of the 200m request, or the
+//! `ScalingActive` condition false while the metrics API is down).
+//! [`Load::Phases`] gives each Deployment a CPU
 //! demand that rises and falls in a slow wave, and a usage update sets every
 //! ready pod of the Deployment to its share of the demand, so that an
 //! autoscaler aiming at 50% of the pods' 200m request scales it up, then down.
@@ -59,10 +64,7 @@ use crate::Shared;
 use crate::controllers::{self, PodChoices};
 use crate::resources::ids;
 use crate::status::Result;
-use crate::store::{PatchType, Preconditions, Store, StoredObject, WriteOptions};
-
-/// The pod annotation carrying the pod's CPU usage, read by the example HPA plugin.
-pub const CPU_USAGE_ANNOTATION: &str = "metrics.kinformer.dev/cpu-millicores";
+use crate::store::{PatchType, Preconditions, Store, StoredObject, WriteOptions, now_rfc3339};
 
 /// The shape and pace of a workload.
 #[derive(Debug, Clone)]
@@ -85,6 +87,11 @@ pub struct Workload {
     pub realistic_pods: bool,
     /// How the pods' CPU usage changes.
     pub load: Load,
+    /// Whether about one change in a hundred makes a running pod's container
+    /// crash-loop, as a kubelet reports it: the pod's status in
+    /// `CrashLoopBackOff` and a `Warning` Event `BackOff`. The pod stays so
+    /// until it is replaced.
+    pub crash_loops: bool,
 }
 
 impl Default for Workload {
@@ -98,6 +105,7 @@ impl Default for Workload {
             changes_per_second: 20.0,
             realistic_pods: false,
             load: Load::Random,
+            crash_loops: false,
         }
     }
 }
@@ -130,6 +138,13 @@ impl Workload {
     #[must_use]
     pub fn realistic_pods(mut self, realistic: bool) -> Self {
         self.realistic_pods = realistic;
+        self
+    }
+
+    /// Sets [`Workload::crash_loops`].
+    #[must_use]
+    pub fn crash_loops(mut self, crash_loops: bool) -> Self {
+        self.crash_loops = crash_loops;
         self
     }
 
@@ -200,9 +215,10 @@ pub struct Churn {
 }
 
 impl Churn {
-    /// Applies one random change: mostly pod usage updates, then pod
-    /// replacements, HPA status updates, configmap edits and scaling (under
-    /// [`Load::Phases`], usage updates instead of HPA status and scaling).
+    /// Applies one random change: mostly pod usage updates (in the metrics
+    /// table, which no watch sees), then pod replacements, HPA status updates,
+    /// configmap edits and scaling (under [`Load::Phases`], usage updates
+    /// instead of HPA status and scaling).
     ///
     /// # Errors
     ///
@@ -213,6 +229,9 @@ impl Churn {
         }
         let d = self.rng.random_range(0..self.deployments.len());
         let phases = !self.waves.is_empty();
+        if self.workload.crash_loops && self.rng.random_range(0..100) == 0 {
+            return self.crash_loop(store, d);
+        }
         match self.rng.random_range(0..100) {
             0..60 => self.update_pod_usage(store, d),
             60..75 => self.replace_pod(store, d),
@@ -335,14 +354,9 @@ impl Churn {
             }
         };
         for (pod, usage) in updates {
-            store.patch(
-                &ids::pods(),
-                pod.namespace.as_deref(),
-                &pod.name,
-                PatchType::Merge,
-                json!({"metadata": {"annotations": {CPU_USAGE_ANNOTATION: usage.to_string()}}}),
-                false,
-            )?;
+            store
+                .metrics()
+                .set_pod_cpu(pod.namespace.as_deref().unwrap_or_default(), &pod.name, usage);
         }
         Ok(())
     }
@@ -365,20 +379,122 @@ impl Churn {
         self.sync(store, d)
     }
 
+    /// Makes the container of one of the Deployment's running pods
+    /// crash-loop: its status and the Event as a kubelet writes them.
+    fn crash_loop(&mut self, store: &Store, d: usize) -> Result<()> {
+        let pods = self.pods(store, d)?;
+        let running: Vec<_> = pods.iter().filter(|pod| controllers::is_ready(pod)).collect();
+        if running.is_empty() {
+            return Ok(());
+        }
+        let pod = running[self.rng.random_range(0..running.len())];
+        let namespace = pod.namespace.as_deref().unwrap_or_default();
+        let restarts = self.rng.random_range(3..12);
+        let now = now_rfc3339();
+        let containers: Vec<Value> = pod.value["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|container| {
+                let mut container = container.clone();
+                container["ready"] = json!(false);
+                container["started"] = json!(false);
+                container["restartCount"] = json!(restarts);
+                container["lastState"] = json!({"terminated": {"exitCode": 1, "reason": "Error",
+                                                               "startedAt": now, "finishedAt": now}});
+                container["state"] = json!({"waiting": {"reason": "CrashLoopBackOff",
+                    "message": format!("back-off 5m0s restarting failed container={} pod={}_{namespace}",
+                                       container["name"].as_str().unwrap_or_default(), pod.name)}});
+                container
+            })
+            .collect();
+        let conditions: Vec<Value> = pod.value["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|condition| {
+                let mut condition = condition.clone();
+                if condition["type"] == "Ready" || condition["type"] == "ContainersReady" {
+                    condition["status"] = json!("False");
+                    condition["reason"] = json!("ContainersNotReady");
+                    condition["lastTransitionTime"] = json!(now);
+                }
+                condition
+            })
+            .collect();
+        store.patch(
+            &ids::pods(),
+            Some(namespace),
+            &pod.name,
+            PatchType::Merge,
+            json!({"status": {"containerStatuses": containers, "conditions": conditions}}),
+            true,
+        )?;
+        let uid = pod.value["metadata"]["uid"].clone();
+        let event: u64 = self.rng.random();
+        store.create(
+            &ids::events(),
+            Some(namespace),
+            json!({
+                "metadata": {"name": format!("{}.{event:016x}", pod.name)},
+                "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod.name, "uid": uid,
+                                   "apiVersion": "v1", "fieldPath": "spec.containers{app}"},
+                "reason": "BackOff", "type": "Warning", "count": 1,
+                "message": "Back-off restarting failed container app in pod ".to_owned() + &pod.name + "_" + namespace
+                    + "(" + uid.as_str().unwrap_or_default() + ")",
+                "source": {"component": "kubelet", "host": "node-0"},
+                "firstTimestamp": now, "lastTimestamp": now,
+                "reportingComponent": "kubelet", "reportingInstance": "node-0",
+            }),
+        )?;
+        Ok(())
+    }
+
+    /// Writes the HPA's status as the HPA controller would from its pods'
+    /// usage now, without scaling: the ready pods' mean utilization of their
+    /// CPU request, or, while the metrics API is down, `ScalingActive` false.
     fn update_hpa_status(&mut self, store: &Store, d: usize) -> Result<()> {
-        let replicas = self.pods(store, d)?.len();
-        let utilization: u32 = self.rng.random_range(10..150);
+        let pods = self.pods(store, d)?;
+        let replicas = pods.len();
         let deployment = &self.deployments[d];
+        let metrics = store.metrics();
+        let usage: Vec<u32> = pods
+            .iter()
+            .filter(|pod| controllers::is_ready(pod))
+            .filter_map(|pod| metrics.pod_cpu(&deployment.namespace, &pod.name))
+            .collect();
+        let hpa = store.get(&ids::hpas(), Some(&deployment.namespace), &deployment.name)?;
+        let mut status = json!({"currentReplicas": replicas, "desiredReplicas": replicas});
+        let active = if !metrics.is_available() {
+            (
+                "False",
+                "FailedGetResourceMetric",
+                "the HPA was unable to compute the replica count: failed to get cpu utilization: unable to get metrics for resource cpu: unable to fetch metrics from resource metrics API: the server is currently unable to handle the request (get pods.metrics.k8s.io)",
+            )
+        } else if usage.is_empty() {
+            (
+                "False",
+                "FailedGetResourceMetric",
+                "the HPA was unable to compute the replica count: failed to get cpu utilization: did not receive metrics for targeted pods (pods might be unready)",
+            )
+        } else {
+            let mean = usage.iter().map(|m| f64::from(*m)).sum::<f64>() / usage.len() as f64;
+            status["currentMetrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
+                "current": {"averageUtilization": (mean * 100.0 / CPU_REQUEST).round() as u32,
+                            "averageValue": format!("{}m", mean.round() as u32)}}}]);
+            (
+                "True",
+                "ValidMetricFound",
+                "the HPA was able to successfully calculate a replica count from cpu resource utilization (percentage of request)",
+            )
+        };
+        status["conditions"] = json!([condition(&hpa.value, "ScalingActive", active)]);
         store.patch(
             &ids::hpas(),
             Some(&deployment.namespace),
             &deployment.name,
             PatchType::Merge,
-            json!({"status": {
-                "currentReplicas": replicas, "desiredReplicas": replicas,
-                "currentMetrics": [{"type": "Resource", "resource": {"name": "cpu",
-                                    "current": {"averageUtilization": utilization}}}]
-            }}),
+            json!({"status": status}),
             true,
         )?;
         Ok(())
@@ -422,6 +538,21 @@ impl Churn {
         )?;
         self.sync(store, d)
     }
+}
+
+/// The HPA condition `kind` as `(status, reason, message)` says, keeping its
+/// `lastTransitionTime` while its status stays.
+fn condition(hpa: &Value, kind: &str, (status, reason, message): (&str, &str, &str)) -> Value {
+    let previous = hpa["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|condition| condition["type"] == kind && condition["status"] == status);
+    let since = previous.map_or_else(
+        || json!(now_rfc3339()),
+        |previous| previous["lastTransitionTime"].clone(),
+    );
+    json!({"type": kind, "status": status, "lastTransitionTime": since, "reason": reason, "message": message})
 }
 
 /// The workload's seeded choices for its Deployments' new pods.
@@ -499,21 +630,76 @@ mod tests {
     use crate::resources::built_in;
 
     /// Replicas an autoscaler aiming at 50% of the pods' CPU request would want
-    /// for Deployment `d`, from its ready pods' usage (as the example HPA plugin
-    /// computes it).
+    /// for Deployment `d`, from its ready pods' usage in the metrics table.
     fn wanted(store: &Store, churn: &Churn, d: usize) -> i64 {
         let pods = churn.pods(store, d).unwrap();
         let usage: f64 = pods
             .iter()
             .filter(|pod| controllers::is_ready(pod))
-            .filter_map(|pod| {
-                pod.value["metadata"]["annotations"][CPU_USAGE_ANNOTATION]
-                    .as_str()?
-                    .parse::<f64>()
-                    .ok()
-            })
+            .filter_map(|pod| store.metrics().pod_cpu(&churn.deployments[d].namespace, &pod.name))
+            .map(f64::from)
             .sum();
         ((usage / (CPU_REQUEST / 2.0)).ceil() as i64).clamp(1, 10)
+    }
+
+    #[test]
+    fn a_crash_loop_shows_in_the_pods_status_and_a_warning_event() {
+        let store = Store::new(built_in(), 10_000);
+        let mut churn = Workload::default()
+            .size(1, 1, 2)
+            .crash_loops(true)
+            .populate(&store)
+            .unwrap();
+        churn.crash_loop(&store, 0).unwrap();
+        let pods = churn.pods(&store, 0).unwrap();
+        let looping: Vec<_> = pods
+            .iter()
+            .filter(|pod| {
+                pod.value["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+            })
+            .collect();
+        assert_eq!(looping.len(), 1);
+        assert!(!controllers::is_ready(looping[0]));
+        let events = store
+            .list(
+                &ids::events(),
+                &crate::store::Filter::default(),
+                &crate::store::ListOptions::default(),
+            )
+            .unwrap();
+        assert_eq!(events.items.len(), 1);
+        let event = &events.items[0].value;
+        assert_eq!(
+            (&event["type"], &event["reason"]),
+            (&json!("Warning"), &json!("BackOff"))
+        );
+        assert_eq!(event["involvedObject"]["name"], looping[0].name);
+    }
+
+    #[tokio::test]
+    async fn hpa_status_follows_the_pods_usage_and_says_when_metrics_are_down() {
+        let store = Store::new(built_in(), 10_000);
+        let mut churn = Workload::default().size(1, 1, 2).populate(&store).unwrap();
+        for pod in churn.pods(&store, 0).unwrap() {
+            store.metrics().set_pod_cpu("ns-0", &pod.name, 150);
+        }
+        let status = |store: &Store| store.get(&ids::hpas(), Some("ns-0"), "app-0").unwrap().value["status"].clone();
+        churn.update_hpa_status(&store, 0).unwrap();
+        let up = status(&store);
+        assert_eq!(up["currentMetrics"][0]["resource"]["current"]["averageUtilization"], 75);
+        assert_eq!(up["currentMetrics"][0]["resource"]["current"]["averageValue"], "150m");
+        assert_eq!(up["conditions"][0]["status"], "True");
+
+        store.metrics().set_available(false);
+        churn.update_hpa_status(&store, 0).unwrap();
+        let down = status(&store);
+        assert_eq!(
+            (&down["conditions"][0]["status"], &down["conditions"][0]["reason"]),
+            (&json!("False"), &json!("FailedGetResourceMetric"))
+        );
+        store.metrics().set_available(true);
+        churn.update_hpa_status(&store, 0).unwrap();
+        assert_eq!(status(&store)["conditions"][0]["status"], "True");
     }
 
     #[tokio::test(start_paused = true)]
