@@ -49,6 +49,7 @@
 
 #![warn(missing_docs)]
 
+pub use http;
 pub use kube;
 pub use prometheus_client;
 pub use wasmtime;
@@ -70,6 +71,7 @@ pub mod leader;
 pub mod limits;
 pub mod manifest;
 pub mod object;
+pub mod outbound;
 pub mod plugin;
 pub mod processor;
 pub(crate) mod rate;

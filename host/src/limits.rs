@@ -4,7 +4,8 @@
 //! is not set takes the default written here, once. The plugin instance enforces
 //! the call, memory, query and log limits ([`crate::plugin`]); the runtime the
 //! queue, batch, failure and loading ones ([`crate::runtime`]); the plugin's
-//! writer the write ones ([`crate::cluster`]).
+//! writer the write and read ones ([`crate::cluster`]); its outbound HTTP the
+//! `http-*` ones ([`crate::outbound`]).
 
 use std::time::Duration;
 
@@ -52,6 +53,25 @@ pub struct Limits {
     /// Instances of the plugin alive at once (the running one, a new version
     /// being started, a restart).
     pub max_instances: usize,
+    /// Uncached reads from the API server per second, once the burst is spent.
+    pub reads_per_second: u32,
+    /// Uncached reads let through at once after a quiet spell.
+    pub read_burst: u32,
+    /// The longest an outbound HTTP request may take to connect (DNS included).
+    pub http_connect_timeout: Duration,
+    /// The longest an outbound HTTP request may take in all, its response body
+    /// included; never longer than the call it is made in has left.
+    pub http_timeout: Duration,
+    /// The largest outbound request body, in bytes.
+    pub http_request_bytes: u64,
+    /// The largest response body a plugin may read, in bytes; the rest is cut.
+    pub http_response_bytes: u64,
+    /// Outbound HTTP requests per second, once the burst is spent.
+    pub http_requests_per_second: u32,
+    /// Outbound HTTP requests let through at once after a quiet spell.
+    pub http_burst: u32,
+    /// Outbound HTTP requests in flight at once.
+    pub http_concurrent: u32,
 }
 
 impl Default for Limits {
@@ -75,6 +95,15 @@ impl Default for Limits {
             max_subscriptions: 16,
             max_indexes: 16,
             max_instances: 4,
+            reads_per_second: 5,
+            read_burst: 10,
+            http_connect_timeout: Duration::from_secs(2),
+            http_timeout: Duration::from_secs(10),
+            http_request_bytes: 1 << 20,
+            http_response_bytes: 1 << 20,
+            http_requests_per_second: 5,
+            http_burst: 10,
+            http_concurrent: 4,
         }
     }
 }

@@ -68,7 +68,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::grant::{Grant, Scope, Verb, WriteMode, WriteRule};
+use crate::grant::{Grant, HttpGrant, Scope, Verb, WriteMode, WriteRule};
 use crate::limits::{
     FULL_CORE_MILLICORES, FailurePolicy, Limits, MAX_MEMORY_MIB, MAX_MODULE_MIB, MAX_RESTART_BACKOFF, OnError,
 };
@@ -110,7 +110,49 @@ pub struct Manifest {
     pub limits: Limits,
     /// What happens when it fails.
     pub failures: FailurePolicy,
+    /// The plugin's environment variables, in the manifest's order.
+    pub env: Vec<EnvVar>,
 }
+
+/// One environment variable of a plugin (`[env]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvVar {
+    /// Its name.
+    pub name: String,
+    /// Where its value comes from.
+    pub value: EnvValue,
+}
+
+/// Where an environment variable's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvValue {
+    /// Written in the manifest.
+    Literal(String),
+    /// A key of a Secret, read and watched by the host.
+    Secret(KeyRef),
+    /// A key of a ConfigMap, read and watched by the host.
+    ConfigMap(KeyRef),
+}
+
+/// A key of a namespaced Secret or ConfigMap.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyRef {
+    /// The object's namespace.
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+    /// The key in its `data`.
+    pub key: String,
+}
+
+impl std::fmt::Display for KeyRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} key {}", self.namespace, self.name, self.key)
+    }
+}
+
+/// The most environment variables a manifest may set.
+pub const MAX_ENV_VARS: usize = 64;
 
 /// The file layout of a manifest.
 #[derive(Debug, Default, Deserialize)]
@@ -121,6 +163,20 @@ struct File {
     grant: Option<GrantFile>,
     limits: Option<LimitsFile>,
     failures: Option<FailuresFile>,
+    env: Option<toml::Spanned<std::collections::BTreeMap<String, toml::Value>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct HttpGrantFile {
+    allow: toml::Spanned<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ReadRuleFile {
+    resources: toml::Spanned<Vec<String>>,
+    namespaces: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,6 +185,8 @@ struct GrantFile {
     resources: Option<Vec<String>>,
     namespaces: Option<Vec<String>>,
     write: Option<Vec<WriteRuleFile>>,
+    read: Option<Vec<ReadRuleFile>>,
+    http: Option<HttpGrantFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -160,6 +218,15 @@ struct LimitsFile {
     max_subscriptions: Option<u64>,
     max_indexes: Option<u64>,
     max_instances: Option<u64>,
+    reads_per_second: Option<u64>,
+    read_burst: Option<u64>,
+    http_connect_timeout_ms: Option<u64>,
+    http_timeout_ms: Option<u64>,
+    http_request_bytes: Option<u64>,
+    http_response_bytes: Option<u64>,
+    http_requests_per_second: Option<u64>,
+    http_burst: Option<u64>,
+    http_concurrent: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -258,11 +325,39 @@ impl Manifest {
                     None => reads.namespaces().clone(),
                 };
                 let offset = rule.resources.span().start;
+                if let Some(verb) = rule.verbs.iter().find(|verb| matches!(verb, Verb::Get | Verb::List)) {
+                    return Err(at(
+                        offset,
+                        format!("grant.write[{i}]: {verb} is granted in [[grant.read]], not as a write"),
+                    ));
+                }
                 let written = WriteRule::new(rule.verbs, strs(rule.resources.get_ref()), namespaces)
                     .map_err(|message| at(offset, format!("grant.write[{i}]: {message}")))?;
                 writes.push(written);
             }
-            manifest.grant = reads.with_writes(writes);
+            for (i, rule) in grant.read.unwrap_or_default().into_iter().enumerate() {
+                let namespaces = match &rule.namespaces {
+                    Some(names) => Scope::from_names(strs(names)),
+                    None => reads.namespaces().clone(),
+                };
+                let offset = rule.resources.span().start;
+                let read = WriteRule::new([Verb::Get, Verb::List], strs(rule.resources.get_ref()), namespaces)
+                    .map_err(|message| at(offset, format!("grant.read[{i}]: {message}")))?;
+                writes.push(read);
+            }
+            let http = match grant.http {
+                Some(http) => {
+                    let offset = http.allow.span().start;
+                    HttpGrant::new(strs(http.allow.get_ref()))
+                        .map_err(|message| at(offset, format!("grant.http.allow: {message}")))?
+                }
+                None => HttpGrant::default(),
+            };
+            manifest.grant = reads.with_writes(writes).with_http(http);
+        }
+        if let Some(env) = file.env {
+            let offset = env.span().start;
+            manifest.env = parse_env(env.into_inner()).map_err(|message| at(offset, format!("env: {message}")))?;
         }
         let limits = file.limits.unwrap_or_default();
         let defaults = Limits::default();
@@ -386,6 +481,69 @@ impl Manifest {
                 16,
                 defaults.max_instances as u64,
             )? as usize,
+            reads_per_second: range(
+                "reads-per-second",
+                limits.reads_per_second,
+                1,
+                10_000,
+                u64::from(defaults.reads_per_second),
+            )? as u32,
+            read_burst: range(
+                "read-burst",
+                limits.read_burst,
+                1,
+                100_000,
+                u64::from(defaults.read_burst),
+            )? as u32,
+            http_connect_timeout: Duration::from_millis(range(
+                "http-connect-timeout-ms",
+                limits.http_connect_timeout_ms,
+                10,
+                60_000,
+                defaults.http_connect_timeout.as_millis() as u64,
+            )?),
+            http_timeout: Duration::from_millis(range(
+                "http-timeout-ms",
+                limits.http_timeout_ms,
+                10,
+                300_000,
+                defaults.http_timeout.as_millis() as u64,
+            )?),
+            http_request_bytes: range(
+                "http-request-bytes",
+                limits.http_request_bytes,
+                0,
+                64 << 20,
+                defaults.http_request_bytes,
+            )?,
+            http_response_bytes: range(
+                "http-response-bytes",
+                limits.http_response_bytes,
+                0,
+                64 << 20,
+                defaults.http_response_bytes,
+            )?,
+            http_requests_per_second: range(
+                "http-requests-per-second",
+                limits.http_requests_per_second,
+                1,
+                10_000,
+                u64::from(defaults.http_requests_per_second),
+            )? as u32,
+            http_burst: range(
+                "http-burst",
+                limits.http_burst,
+                1,
+                100_000,
+                u64::from(defaults.http_burst),
+            )? as u32,
+            http_concurrent: range(
+                "http-concurrent",
+                limits.http_concurrent,
+                1,
+                1024,
+                u64::from(defaults.http_concurrent),
+            )? as u32,
         };
         let failures = file.failures.unwrap_or_default();
         let defaults = FailurePolicy::default();
@@ -401,6 +559,71 @@ impl Manifest {
                 .map_or(defaults.restart_window, Duration::from_secs),
         };
         Ok(manifest)
+    }
+}
+
+/// The `[env]` table: names checked, references split into namespace, name
+/// and key.
+fn parse_env(table: std::collections::BTreeMap<String, toml::Value>) -> Result<Vec<EnvVar>, String> {
+    if table.len() > MAX_ENV_VARS {
+        return Err(format!("{} variables, at most {MAX_ENV_VARS}", table.len()));
+    }
+    table
+        .into_iter()
+        .map(|(name, value)| {
+            let valid_name = name.len() <= 256
+                && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid_name {
+                return Err(format!("{name:?} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"));
+            }
+            let value = match value {
+                toml::Value::String(text) => EnvValue::Literal(text),
+                toml::Value::Table(reference) => env_reference(&name, &reference)?,
+                other => {
+                    return Err(format!(
+                        "{name}: a {} is neither a string nor {{ secret | configmap = \"namespace/name\", key = \"...\" }}",
+                        other.type_str()
+                    ));
+                }
+            };
+            Ok(EnvVar { name, value })
+        })
+        .collect()
+}
+
+/// One `{ secret = "namespace/name", key = "..." }` (or `configmap`) reference.
+fn env_reference(name: &str, reference: &toml::Table) -> Result<EnvValue, String> {
+    let text = |field: &str| match reference.get(field) {
+        None => Ok(None),
+        Some(toml::Value::String(text)) => Ok(Some(text.as_str())),
+        Some(other) => Err(format!("{name}: {field} is a {}, not a string", other.type_str())),
+    };
+    if let Some(unknown) = reference
+        .keys()
+        .find(|field| !["secret", "configmap", "key"].contains(&field.as_str()))
+    {
+        return Err(format!(
+            "{name}: unknown field `{unknown}`, expected one of `secret`, `configmap`, `key`"
+        ));
+    }
+    let key = text("key")?
+        .ok_or_else(|| format!("{name}: missing field `key`"))?
+        .to_owned();
+    let key_ref = |text: &str| match text.split_once('/') {
+        Some((namespace, object)) if !namespace.is_empty() && !object.is_empty() && !object.contains('/') => {
+            Ok(KeyRef {
+                namespace: namespace.to_owned(),
+                name: object.to_owned(),
+                key: key.clone(),
+            })
+        }
+        _ => Err(format!("{name}: {text:?} is not namespace/name")),
+    };
+    match (text("secret")?, text("configmap")?) {
+        (Some(secret), None) => Ok(EnvValue::Secret(key_ref(secret)?)),
+        (None, Some(configmap)) => Ok(EnvValue::ConfigMap(key_ref(configmap)?)),
+        _ => Err(format!("{name}: name exactly one of secret or configmap")),
     }
 }
 
@@ -472,6 +695,15 @@ mod tests {
             max_subscriptions,
             max_indexes,
             max_instances,
+            reads_per_second,
+            read_burst,
+            http_connect_timeout_ms,
+            http_timeout_ms,
+            http_request_bytes,
+            http_response_bytes,
+            http_requests_per_second,
+            http_burst,
+            http_concurrent,
         } = file.limits.expect("the reference has a [limits] table");
         let limits = [
             ("call-timeout-ms", call_timeout_ms.is_some()),
@@ -492,6 +724,15 @@ mod tests {
             ("max-subscriptions", max_subscriptions.is_some()),
             ("max-indexes", max_indexes.is_some()),
             ("max-instances", max_instances.is_some()),
+            ("reads-per-second", reads_per_second.is_some()),
+            ("read-burst", read_burst.is_some()),
+            ("http-connect-timeout-ms", http_connect_timeout_ms.is_some()),
+            ("http-timeout-ms", http_timeout_ms.is_some()),
+            ("http-request-bytes", http_request_bytes.is_some()),
+            ("http-response-bytes", http_response_bytes.is_some()),
+            ("http-requests-per-second", http_requests_per_second.is_some()),
+            ("http-burst", http_burst.is_some()),
+            ("http-concurrent", http_concurrent.is_some()),
         ];
         let FailuresFile {
             on_error,
@@ -661,7 +902,7 @@ mod tests {
         let message = |text: &str| parse(text).unwrap_err().to_string();
         assert_eq!(
             message("[grant]\nresorces = [\"v1/Pod\"]\n"),
-            "p.toml: line 2, column 1: unknown field `resorces`, expected one of `resources`, `namespaces`, `write`"
+            "p.toml: line 2, column 1: unknown field `resorces`, expected one of `resources`, `namespaces`, `write`, `read`, `http`"
         );
         assert!(message("config = 3").starts_with("p.toml: line 1, column 10: invalid type"));
         assert!(message("[limits\n").starts_with("p.toml: line 1"));
@@ -675,5 +916,81 @@ mod tests {
         );
         assert!(message("[grant]\nresources = [\"Pod\"]").contains("grant.resources: resource \"Pod\""));
         assert!(message("[failures]\non-error = \"ignore\"").contains("unknown variant `ignore`"));
+    }
+
+    #[test]
+    fn reads_http_and_env_are_read() {
+        let manifest = parse(
+            "[grant]\nresources = [\"v1/Pod\"]\nnamespaces = [\"a\"]\n\
+             [[grant.read]]\nresources = [\"metrics.k8s.io/v1beta1/PodMetrics\"]\n\
+             [grant.http]\nallow = [\"https://hooks.slack.com/services/\", \"http://*.monitoring.svc:9093\"]\n\
+             [env]\nGREETING = \"hi\"\nSLACK_URL = { secret = \"monitoring/slack\", key = \"url\" }\n\
+             LEVEL = { configmap = \"a/settings\", key = \"level\" }\n",
+        )
+        .unwrap();
+        let metrics = gvk("metrics.k8s.io", "v1beta1", "PodMetrics");
+        // A read rule takes the grant's namespaces and allows get and list, never a write.
+        assert!(manifest.grant.allows_write(Verb::List, &metrics, None, Some("a")));
+        assert!(manifest.grant.allows_write(Verb::Get, &metrics, None, Some("a")));
+        assert!(!manifest.grant.allows_write(Verb::List, &metrics, None, Some("b")));
+        assert!(!manifest.grant.allows_write(Verb::Patch, &metrics, None, Some("a")));
+        let allowed: Vec<String> = manifest
+            .grant
+            .http()
+            .entries()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            allowed,
+            ["https://hooks.slack.com/services/", "http://*.monitoring.svc:9093"]
+        );
+        let names: Vec<&str> = manifest.env.iter().map(|var| var.name.as_str()).collect();
+        assert_eq!(names, ["GREETING", "LEVEL", "SLACK_URL"]);
+        assert_eq!(manifest.env[0].value, EnvValue::Literal("hi".into()));
+        assert_eq!(
+            manifest.env[2].value,
+            EnvValue::Secret(KeyRef {
+                namespace: "monitoring".into(),
+                name: "slack".into(),
+                key: "url".into()
+            })
+        );
+        assert!(matches!(&manifest.env[1].value, EnvValue::ConfigMap(key) if key.name == "settings"));
+        assert!(parse("").unwrap().grant.http().is_empty());
+    }
+
+    #[test]
+    fn broken_reads_http_and_env_are_refused_saying_where() {
+        let message = |text: &str| parse(text).unwrap_err().to_string();
+        assert_eq!(
+            message("[[grant.write]]\nverbs = [\"list\"]\nresources = [\"v1/Pod\"]\n"),
+            "p.toml: line 3, column 13: grant.write[0]: list is granted in [[grant.read]], not as a write"
+        );
+        assert!(
+            message("[grant.http]\nallow = [\"ftp://example.com/\"]")
+                .starts_with("p.toml: line 2, column 9: grant.http.allow:")
+        );
+        assert!(message("[grant.http]\nallow = [\"https://example.com/a/../b\"]").contains("grant.http.allow:"));
+        assert!(message("[env]\n\"1BAD\" = \"x\"").contains("\"1BAD\" is not an environment variable name"));
+        assert!(
+            message("[env]\nA = { secret = \"slack\", key = \"url\" }").contains("A: \"slack\" is not namespace/name")
+        );
+        assert!(
+            message("[env]\nA = { secret = \"a/b\", configmap = \"a/c\", key = \"url\" }")
+                .contains("A: name exactly one of secret or configmap")
+        );
+        assert!(message("[env]\nA = { secret = \"a/b\" }").contains("A: missing field `key`"));
+        assert!(
+            message("[env]\nA = { secret = \"a/b\", key = \"k\", namespace = \"c\" }")
+                .contains("A: unknown field `namespace`")
+        );
+        assert!(message("[env]\nA = 3").contains("A: a integer is neither a string nor"));
+        let many: String = (0..=MAX_ENV_VARS).map(|i| format!("V{i} = \"x\"\n")).collect();
+        assert!(message(&format!("[env]\n{many}")).contains("65 variables, at most 64"));
+        assert_eq!(
+            message("[limits]\nhttp-concurrent = 0"),
+            "p.toml: limits.http-concurrent is 0: must be 1 to 1024"
+        );
     }
 }

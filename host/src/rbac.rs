@@ -1,6 +1,8 @@
 //! The Kubernetes RBAC a host needs for its plugins: `list` and `watch` on
-//! every resource an informer caches for them, each write verb their grants
-//! allow, and the Lease of leader election; nothing else.
+//! every resource an informer caches for them, each write verb (and `get` and
+//! `list` for each read) their grants allow, `get`, `list` and `watch` on
+//! exactly the Secrets and ConfigMaps their `[env]` names (`resourceNames`),
+//! and the Lease of leader election; nothing else.
 //!
 //! It is computed from the same [`Review`] of each plugin's registration that
 //! the runtime starts informers from and `kinformer check` prints, and from
@@ -10,8 +12,9 @@
 //! in each.
 //!
 //! Resource names are plurals as kube-rs derives them from kinds
-//! ([`kube::api::ApiResource::from_gvk`]); a custom resource whose plural is
-//! irregular needs its rule corrected by hand.
+//! ([`kube::api::ApiResource::from_gvk`]), but for the resource metrics API's
+//! (`PodMetrics` are `pods`, `NodeMetrics` are `nodes`); a custom resource
+//! whose plural is irregular needs its rule corrected by hand.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,6 +22,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::api::{ApiResource, GroupVersionKind};
 
 use crate::grant::{Grant, Review, Verb};
+use crate::manifest::{EnvValue, EnvVar};
 
 /// An API group and a resource (`deployments`, `deployments/scale`, `*`).
 type Resource = (String, String);
@@ -31,6 +35,8 @@ type Rules = BTreeMap<Resource, BTreeSet<&'static str>>;
 pub struct Permissions {
     cluster: Rules,
     namespaced: BTreeMap<String, Rules>,
+    /// Objects read by name, per namespace: (group, resource) to names.
+    named: BTreeMap<String, BTreeMap<Resource, BTreeSet<String>>>,
 }
 
 impl Permissions {
@@ -65,7 +71,7 @@ impl Permissions {
                 let plural = match (pattern.api_version(), pattern.kind()) {
                     (Some(api_version), Some(kind)) => {
                         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-                        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)).plural
+                        plural(&GroupVersionKind::gvk(group, version, kind))
                     }
                     _ => "*".to_owned(),
                 };
@@ -81,6 +87,26 @@ impl Permissions {
                     verbs.extend(rule.verbs().map(rbac_verb));
                 }
             }
+        }
+    }
+
+    /// Adds what a plugin's `[env]` needs: `get`, `list` and `watch` on each
+    /// Secret and ConfigMap it names, by name (the host watches each one
+    /// with a `metadata.name` field selector, which RBAC matches against
+    /// `resourceNames`).
+    pub fn add_settings(&mut self, env: &[EnvVar]) {
+        for var in env {
+            let (resource, key) = match &var.value {
+                EnvValue::Literal(_) => continue,
+                EnvValue::Secret(key) => ("secrets", key),
+                EnvValue::ConfigMap(key) => ("configmaps", key),
+            };
+            self.named
+                .entry(key.namespace.clone())
+                .or_default()
+                .entry((String::new(), resource.to_owned()))
+                .or_default()
+                .insert(key.name.clone());
         }
     }
 
@@ -107,12 +133,26 @@ impl Permissions {
         policy_rules(&self.cluster)
     }
 
-    /// Each namespace's Role rules: one per resource, sorted.
+    /// Each namespace's Role rules: one per resource, sorted, then one per
+    /// resource read by name.
     #[must_use]
     pub fn namespaced_rules(&self) -> BTreeMap<String, Vec<PolicyRule>> {
-        self.namespaced
-            .iter()
-            .map(|(namespace, rules)| (namespace.clone(), policy_rules(rules)))
+        let namespaces: BTreeSet<&String> = self.namespaced.keys().chain(self.named.keys()).collect();
+        namespaces
+            .into_iter()
+            .map(|namespace| {
+                let mut rules = self.namespaced.get(namespace).map(policy_rules).unwrap_or_default();
+                for ((group, resource), names) in self.named.get(namespace).into_iter().flatten() {
+                    rules.push(PolicyRule {
+                        api_groups: Some(vec![group.clone()]),
+                        resources: Some(vec![resource.clone()]),
+                        resource_names: Some(names.iter().cloned().collect()),
+                        verbs: ["get", "list", "watch"].map(str::to_owned).to_vec(),
+                        ..PolicyRule::default()
+                    });
+                }
+                (namespace.clone(), rules)
+            })
             .collect()
     }
 }
@@ -125,8 +165,18 @@ fn rbac_verb(verb: Verb) -> &'static str {
     }
 }
 
+/// The resource a kind is served as. The resource metrics API names its
+/// kinds apart from its resources: `PodMetrics` are `pods`.
+fn plural(gvk: &GroupVersionKind) -> String {
+    match (gvk.group.as_str(), gvk.kind.as_str()) {
+        ("metrics.k8s.io", "PodMetrics") => "pods".to_owned(),
+        ("metrics.k8s.io", "NodeMetrics") => "nodes".to_owned(),
+        _ => ApiResource::from_gvk(gvk).plural,
+    }
+}
+
 fn resource_of(gvk: &GroupVersionKind, subresource: Option<&str>) -> Resource {
-    let plural = ApiResource::from_gvk(gvk).plural;
+    let plural = plural(gvk);
     let name = match subresource {
         Some(subresource) => format!("{plural}/{subresource}"),
         None => plural,
@@ -150,6 +200,7 @@ fn policy_rules(rules: &Rules) -> Vec<PolicyRule> {
 mod tests {
     use super::*;
     use crate::grant::{Scope, WriteRule};
+    use crate::manifest::KeyRef;
     use crate::registration::{Registration, Subscription};
 
     fn subscription(group: &str, version: &str, kind: &str, namespace: Option<&str>) -> Subscription {
@@ -237,5 +288,70 @@ mod tests {
         let team = &permissions.namespaced_rules()["team"];
         assert_eq!(rule(team, "", "pods"), Some(vec!["list".into(), "watch".into()]));
         assert_eq!(rule(team, "apps", "*"), Some(vec!["delete".into()]));
+    }
+
+    #[test]
+    fn settings_are_read_by_name_and_metrics_by_their_resources() {
+        let grant = Grant::default().with_writes([WriteRule::new(
+            [Verb::Get, Verb::List],
+            ["metrics.k8s.io/v1beta1/PodMetrics"],
+            Scope::all(),
+        )
+        .unwrap()]);
+        let registration = Registration {
+            name: "p".into(),
+            version: "1".into(),
+            subscriptions: Vec::new(),
+            indexes: Vec::new(),
+            controller: None,
+        };
+        let key = |namespace: &str, name: &str| KeyRef {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: "url".into(),
+        };
+        let env = [
+            EnvVar {
+                name: "SLACK_URL".into(),
+                value: EnvValue::Secret(key("monitoring", "slack")),
+            },
+            EnvVar {
+                name: "TOKEN".into(),
+                value: EnvValue::Secret(key("monitoring", "pager")),
+            },
+            EnvVar {
+                name: "CHANNEL".into(),
+                value: EnvValue::ConfigMap(key("team", "settings")),
+            },
+            EnvVar {
+                name: "LEVEL".into(),
+                value: EnvValue::Literal("warn".into()),
+            },
+        ];
+        let mut permissions = Permissions::new();
+        permissions.add_plugin(&grant, &grant.review(&registration), None);
+        permissions.add_settings(&env);
+        let cluster = permissions.cluster_rules();
+        assert_eq!(
+            rule(&cluster, "metrics.k8s.io", "pods"),
+            Some(vec!["get".into(), "list".into()])
+        );
+        let namespaced = permissions.namespaced_rules();
+        assert_eq!(namespaced.keys().collect::<Vec<_>>(), ["monitoring", "team"]);
+        let secrets = &namespaced["monitoring"];
+        assert_eq!(secrets.len(), 1, "{secrets:?}");
+        assert_eq!(
+            secrets[0].resource_names,
+            Some(vec!["pager".to_owned(), "slack".to_owned()])
+        );
+        assert_eq!(
+            rule(secrets, "", "secrets"),
+            Some(vec!["get".into(), "list".into(), "watch".into()])
+        );
+        assert_eq!(namespaced["team"][0].resource_names, Some(vec!["settings".to_owned()]));
+        assert_eq!(
+            rule(&namespaced["team"], "", "configmaps"),
+            Some(vec!["get".into(), "list".into(), "watch".into()])
+        );
     }
 }

@@ -14,6 +14,7 @@ use super::WriteError;
 use super::audit::WriteObserver;
 use super::discovery::Discovery;
 use super::offline::Offline;
+use super::reader::ReadRequest;
 use super::request::{Body, Prepared, Propagation, cut};
 use super::writer::Writer;
 use crate::grant::{Grant, Verb, WriteMode};
@@ -199,6 +200,14 @@ impl Cluster {
         }
     }
 
+    /// Sends an uncached read.
+    pub(super) async fn read(&self, request: &ReadRequest) -> Result<Option<String>, WriteError> {
+        match &self.connection {
+            Connection::Api { client, discovery, .. } => super::reader::send(client, discovery, request).await,
+            Connection::Offline(offline) => offline.read(request),
+        }
+    }
+
     /// Sends a prepared write, `dry_run` or not, as `field_manager`; the
     /// object as stored, as the server wrote it
     /// (`None` for a delete).
@@ -269,7 +278,7 @@ impl Cluster {
                 };
                 request.delete(name, &params)
             }
-            (Body::Object(_), Verb::Patch | Verb::Delete) => {
+            (Body::Object(_), Verb::Patch | Verb::Delete | Verb::Get | Verb::List) => {
                 return Err(WriteError::Invalid("an object is not a patch".into()));
             }
         };

@@ -23,24 +23,29 @@ impl Discovery {
     /// namespace for a namespaced type and none for a cluster-scoped one, and
     /// a subresource the server serves.
     pub(super) async fn resolve(&self, client: &kube::Client, target: &ObjectRef) -> Result<ApiResource, WriteError> {
-        let gvk = &target.gvk;
-        let known = self.lock().get(gvk).cloned();
-        let (resource, capabilities) = match known {
-            Some(known) => known,
-            None => {
-                let found = kube::discovery::pinned_kind(client, gvk)
-                    .await
-                    .map_err(|error| match error {
-                        kube::Error::Discovery(_) => not_served(gvk),
-                        kube::Error::Api(status) if status.code == 404 => not_served(gvk),
-                        other => WriteError::from_kube(&other),
-                    })?;
-                self.lock().insert(gvk.clone(), found.clone());
-                found
-            }
-        };
+        let (resource, capabilities) = self.resource(client, &target.gvk).await?;
         check_target(&capabilities, target)?;
         Ok(resource)
+    }
+
+    /// The API resource serving `gvk`, and what it can do.
+    pub(super) async fn resource(
+        &self,
+        client: &kube::Client,
+        gvk: &GroupVersionKind,
+    ) -> Result<(ApiResource, ApiCapabilities), WriteError> {
+        if let Some(known) = self.lock().get(gvk).cloned() {
+            return Ok(known);
+        }
+        let found = kube::discovery::pinned_kind(client, gvk)
+            .await
+            .map_err(|error| match error {
+                kube::Error::Discovery(_) => not_served(gvk),
+                kube::Error::Api(status) if status.code == 404 => not_served(gvk),
+                other => WriteError::from_kube(&other),
+            })?;
+        self.lock().insert(gvk.clone(), found.clone());
+        Ok(found)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>> {

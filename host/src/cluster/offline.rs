@@ -16,9 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::{Value, json};
 
 use super::WriteError;
+use super::reader::{Read, ReadRequest};
 use super::request::{Body, ObjectRef, Prepared};
 use crate::caches::Caches;
 use crate::grant::Verb;
+use crate::selector::Selector;
 
 /// Answers writes from a set of caches, never sending them; see the module
 /// docs.
@@ -71,6 +73,50 @@ impl Offline {
 
     /// What the target is before the write: the cached object (or its Scale),
     /// or only its identity when nothing is cached.
+    /// An uncached read, answered from the caches as a server holding just
+    /// those objects would answer it.
+    pub(super) fn read(&self, request: &ReadRequest) -> Result<Option<String>, WriteError> {
+        let Some(cache) = self.caches.get(&request.gvk) else {
+            return Err(WriteError::Unavailable(format!(
+                "{}/{} was not recorded: offline, only recorded resources can be read",
+                request.gvk.api_version(),
+                request.gvk.kind
+            )));
+        };
+        let cache = Some(cache);
+        match &request.what {
+            Read::Get(name) => {
+                let key = match &request.namespace {
+                    Some(namespace) => format!("{namespace}/{name}"),
+                    None => name.clone(),
+                };
+                Ok(cache
+                    .and_then(|cache| cache.get(&key))
+                    .map(|object| object.json().to_owned()))
+            }
+            Read::List { label_selector, limit } => {
+                let selector = match label_selector {
+                    Some(text) => Selector::parse(text).map_err(|error| WriteError::Invalid(error.to_string()))?,
+                    None => Selector::default(),
+                };
+                let limit = if *limit == 0 { usize::MAX } else { *limit as usize };
+                let items: Vec<Value> = cache
+                    .map(|cache| cache.list(request.namespace.as_deref(), &selector, limit).objects)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|object| serde_json::from_str(object.json()).ok())
+                    .collect();
+                let list = json!({
+                    "apiVersion": request.gvk.api_version(),
+                    "kind": format!("{}List", request.gvk.kind),
+                    "metadata": {},
+                    "items": items,
+                });
+                Ok(Some(list.to_string()))
+            }
+        }
+    }
+
     fn stored(&self, target: &ObjectRef) -> Value {
         let cached = self
             .caches

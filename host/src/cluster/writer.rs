@@ -20,7 +20,8 @@ use crate::rate::TokenBucket;
 const MAX_FIELD_MANAGER_LEN: usize = 128;
 
 /// One plugin's way to the cluster: every write checked against its grant,
-/// rate-limited, sent, audited. Clones share the bucket and the events.
+/// rate-limited, sent, audited; and its uncached reads ([`Writer::read`]).
+/// Clones share the buckets and the events.
 #[derive(Clone)]
 pub struct Writer {
     pub(super) inner: Arc<WriterInner>,
@@ -39,6 +40,10 @@ pub(super) struct WriterInner {
     pub(super) bucket: Mutex<TokenBucket>,
     pub(super) events: Mutex<EventRecorder>,
     pub(super) observer: Option<WriteObserver>,
+    /// Uncached reads: their rate, bucket and largest answer.
+    pub(super) read_rate: u32,
+    pub(super) reads: Mutex<TokenBucket>,
+    pub(super) read_bytes: usize,
 }
 
 impl std::fmt::Debug for Writer {
@@ -82,6 +87,9 @@ impl Writer {
                 )),
                 events: Mutex::default(),
                 observer,
+                read_rate: limits.reads_per_second,
+                reads: Mutex::new(TokenBucket::new(f64::from(limits.reads_per_second), limits.read_burst)),
+                read_bytes: limits.query_bytes,
             }),
         }
     }

@@ -21,6 +21,7 @@ use kube::api::GroupVersionKind;
 mod review;
 mod write;
 
+pub use crate::outbound::HttpGrant;
 pub use crate::scope::Scope;
 pub use review::{Refusal, Review};
 pub use write::{Verb, WriteMode, WriteRule};
@@ -53,16 +54,18 @@ pub struct Grant {
     resources: Option<Vec<ResourcePattern>>,
     namespaces: Scope,
     writes: Vec<WriteRule>,
+    http: HttpGrant,
 }
 
 impl Default for Grant {
     /// The default grant: every resource but `v1/Secret`, every namespace, no
-    /// writes.
+    /// writes, no uncached reads, no outbound HTTP.
     fn default() -> Self {
         Self {
             resources: None,
             namespaces: Scope::all(),
             writes: Vec::new(),
+            http: HttpGrant::default(),
         }
     }
 }
@@ -110,6 +113,7 @@ impl Grant {
             resources,
             namespaces: namespaces.map_or_else(Scope::all, Scope::from_names),
             writes: Vec::new(),
+            http: HttpGrant::default(),
         })
     }
 
@@ -120,10 +124,24 @@ impl Grant {
         self
     }
 
-    /// The write rules; none in the default grant.
+    /// The write rules, and the rules of uncached reads (verbs `get` and
+    /// `list`); none in the default grant.
     #[must_use]
     pub fn writes(&self) -> &[WriteRule] {
         &self.writes
+    }
+
+    /// This grant with this HTTP allow-list (in place of any it had).
+    #[must_use]
+    pub fn with_http(mut self, http: HttpGrant) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// The outbound HTTP allow-list; empty in the default grant.
+    #[must_use]
+    pub fn http(&self) -> &HttpGrant {
+        &self.http
     }
 
     /// True when some rule lets the plugin `verb` the `subresource` (the object

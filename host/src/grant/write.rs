@@ -36,6 +36,10 @@ pub enum Verb {
     Apply,
     /// Delete an object.
     Delete,
+    /// Read one object from the API server, uncached (`[[grant.read]]`).
+    Get,
+    /// List objects from the API server, uncached (`[[grant.read]]`).
+    List,
 }
 
 impl Verb {
@@ -48,6 +52,8 @@ impl Verb {
             Self::Patch => "patch",
             Self::Apply => "apply",
             Self::Delete => "delete",
+            Self::Get => "get",
+            Self::List => "list",
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The host side of the `cluster` interface: a plugin's writes to the cluster.
+//! The host side of the `cluster` and `api` interfaces: a plugin's writes to
+//! the cluster, and its uncached reads from the API server.
 //!
 //! Each call becomes a [`crate::cluster::WriteRequest`] for the plugin's
 //! [`Writer`](crate::cluster::Writer), which validates it, checks the grant,
@@ -6,6 +7,7 @@
 //! connection, as in `kinformer check`), every call answers `denied`. The time
 //! a call waits for the API server is given back to the plugin's deadline.
 
+use super::bindings::kinformer::plugin::api::{self, ReadError};
 use super::bindings::kinformer::plugin::cluster::{
     self, DeleteOptions, EventType, ObjectRef, PatchType, Propagation, WriteError,
 };
@@ -140,5 +142,59 @@ impl cluster::Host for HostState {
         let result = writer.record_event_blocking(from_wit_ref(regarding), event_type, reason, action, note);
         self.deadline.waited(started.elapsed());
         result.map_err(to_wit_error)
+    }
+}
+
+fn to_read_error(error: host::WriteError) -> ReadError {
+    match error {
+        host::WriteError::Denied(message) => ReadError::Denied(message),
+        host::WriteError::Forbidden(message) => ReadError::Forbidden(message),
+        host::WriteError::Throttled(message) => ReadError::Throttled(message),
+        host::WriteError::Unavailable(message) => ReadError::Unavailable(message),
+        host::WriteError::TooLarge(message) => ReadError::TooLarge(message),
+        host::WriteError::Invalid(message)
+        | host::WriteError::NotFound(message)
+        | host::WriteError::Conflict(message) => ReadError::Invalid(message),
+    }
+}
+
+impl HostState {
+    /// Sends an uncached read through the plugin's writer, counting the wait
+    /// as time blocked in the host.
+    fn read(&mut self, request: host::ReadRequest) -> Result<Option<String>, ReadError> {
+        let Some(writer) = &self.writer else {
+            return Err(ReadError::Denied("this host makes no reads from the API server".into()));
+        };
+        let started = std::time::Instant::now();
+        let result = writer.read_blocking(request);
+        self.deadline.waited(started.elapsed());
+        result.map_err(to_read_error)
+    }
+}
+
+impl api::Host for HostState {
+    fn get(
+        &mut self,
+        gvk: GroupVersionKind,
+        namespace: Option<String>,
+        name: String,
+    ) -> Result<Option<String>, ReadError> {
+        self.read(host::ReadRequest::get(from_wit_gvk(gvk), namespace.as_deref(), &name))
+    }
+
+    fn list(
+        &mut self,
+        gvk: GroupVersionKind,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+        limit: u32,
+    ) -> Result<String, ReadError> {
+        self.read(host::ReadRequest::list(
+            from_wit_gvk(gvk),
+            namespace.as_deref(),
+            label_selector.as_deref(),
+            limit,
+        ))
+        .map(Option::unwrap_or_default)
     }
 }

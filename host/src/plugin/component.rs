@@ -8,7 +8,6 @@ use super::epoch::{EpochClock, Running};
 use super::host::HostState;
 use super::instance::LiveInstance;
 use super::instance::{Exports, Handler};
-use super::log::PluginLog;
 use super::{Error, PluginEngine, PluginInstance, PluginOptions, Result, bindings, controller_bindings};
 use crate::caches::Caches;
 
@@ -82,19 +81,10 @@ impl PluginComponent {
             .memories(4)
             .trap_on_grow_failure(true)
             .build();
-        let log = PluginLog::new(&self.name, options.limits.log_lines_per_second, options.log_sink);
-        let state = HostState::new(
-            self.name.clone(),
-            caches,
-            options.grant,
-            options.limits,
-            log,
-            options.writer,
-            store_limits,
-        );
+        let call_timeout = options.limits.call_timeout;
+        let state = HostState::new(self.name.clone(), caches, options, store_limits);
         let mut store = Store::new(&self.engine.engine, state);
         store.limiter(|state| &mut state.store_limits);
-        let call_timeout = options.limits.call_timeout;
         store.epoch_deadline_callback(at_epoch_tick);
         let clock = self.engine.ticker.clock().clone();
         let running = start_call(&mut store, &clock, call_timeout);

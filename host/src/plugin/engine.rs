@@ -107,6 +107,10 @@ impl PluginEngine {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(Error::Engine)?;
+        // Linked for every plugin (a JavaScript component imports it whether
+        // or not it fetches); each request is checked against the plugin's
+        // own allow-list, empty unless its manifest grants some.
+        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(Error::Engine)?;
         super::wasi::bound_blocking(&mut linker).map_err(Error::Engine)?;
         bindings::Writer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
             .map_err(Error::Engine)?;

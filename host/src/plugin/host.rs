@@ -1,5 +1,6 @@
 //! The data of a plugin's store, and the host functions it serves: `cache`
-//! queries and `log` (`cluster` writes are in the `cluster` module).
+//! queries and `log` (`cluster` writes are in the `cluster` module, outbound
+//! HTTP in [`crate::outbound`]).
 //!
 //! Every argument comes from untrusted guest code: lengths, keys, selectors and
 //! index names are validated and bounded, and a bad one is an error value for the
@@ -9,6 +10,7 @@ use kube::api::GroupVersionKind;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::kinformer::plugin::{cache, log, types};
 use super::budget::CpuBudget;
@@ -20,7 +22,10 @@ use crate::grant::Grant;
 use crate::index::IndexError;
 use crate::indexer::{Indexer, Listing};
 use crate::limits::Limits;
+use crate::outbound::{AddressPolicy, HttpGrant, Outbound};
 use crate::selector::Selector;
+
+use super::PluginOptions;
 
 /// The longest key, namespace, index name or value a plugin may pass.
 const MAX_ARGUMENT_LEN: usize = 512;
@@ -41,6 +46,9 @@ pub(crate) struct HostState {
     pub(super) budget: CpuBudget,
     wasi: WasiCtx,
     table: ResourceTable,
+    http: WasiHttpCtx,
+    /// Where its outbound requests go.
+    outbound: Outbound,
     pub(crate) store_limits: Limiter,
 }
 
@@ -96,21 +104,25 @@ impl ResourceLimiter for Limiter {
 }
 
 impl HostState {
-    pub(crate) fn new(
-        name: String,
-        caches: Caches,
-        grant: Grant,
-        limits: Limits,
-        log: PluginLog,
-        writer: Option<Writer>,
-        store_limits: StoreLimits,
-    ) -> Self {
-        // A minimal WASI: clocks and random; no files, sockets or environment;
-        // what the plugin prints goes to its log.
+    pub(crate) fn new(name: String, caches: Caches, options: PluginOptions, store_limits: StoreLimits) -> Self {
+        let PluginOptions {
+            limits,
+            grant,
+            log_sink,
+            writer,
+            outbound,
+            env,
+        } = options;
+        let log = PluginLog::new(&name, limits.log_lines_per_second, log_sink);
+        // A minimal WASI: clocks and random, the environment the manifest
+        // gives; no files or sockets; what the plugin prints goes to its log.
         let wasi = WasiCtxBuilder::new()
             .stdout(log.output(tracing::Level::INFO))
             .stderr(log.output(tracing::Level::WARN))
+            .envs(&env)
             .build();
+        let outbound = outbound
+            .unwrap_or_else(|| Outbound::new(&name, HttpGrant::default(), AddressPolicy::default(), &limits, None));
         Self {
             name,
             caches,
@@ -122,6 +134,8 @@ impl HostState {
             budget: CpuBudget::new(limits.cpu_millicores),
             wasi,
             table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            outbound,
             store_limits: Limiter::new(store_limits),
         }
     }
@@ -214,6 +228,18 @@ impl WasiView for HostState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        // A request sent now may not outlast the call it is sent in.
+        self.outbound.set_call_left(self.deadline.remaining());
+        WasiHttpCtxView {
+            hooks: &mut self.outbound,
+            table: &mut self.table,
+            ctx: &mut self.http,
         }
     }
 }
@@ -327,10 +353,7 @@ mod tests {
         HostState::new(
             "test".into(),
             caches,
-            Grant::default(),
-            limits,
-            PluginLog::new("test", 10, None),
-            None,
+            PluginOptions::with_limits(limits),
             StoreLimits::default(),
         )
     }
@@ -412,14 +435,10 @@ mod tests {
         let caches = Caches::new();
         caches.insert(GroupVersionKind::gvk("", "v1", "Pod"), reader);
         let grant = Grant::new(["v1/Pod"], ["a"]).unwrap();
-        let log = PluginLog::new("test", 10, None);
         let mut state = HostState::new(
             "test".into(),
             caches,
-            grant,
-            Limits::default(),
-            log,
-            None,
+            PluginOptions::default().grant(grant),
             StoreLimits::default(),
         );
         fn denied<T>(result: Result<T, cache::CacheError>) -> bool {

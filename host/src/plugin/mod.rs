@@ -44,6 +44,7 @@ use std::path::{Path, PathBuf};
 use crate::cluster::Writer;
 use crate::grant::Grant;
 use crate::limits::Limits;
+use crate::outbound::Outbound;
 
 pub use compile::run_compile_process;
 pub use component::PluginComponent;
@@ -76,6 +77,7 @@ mod controller_bindings {
             "kinformer:plugin/cache": super::bindings::kinformer::plugin::cache,
             "kinformer:plugin/log": super::bindings::kinformer::plugin::log,
             "kinformer:plugin/cluster": super::bindings::kinformer::plugin::cluster,
+            "kinformer:plugin/api": super::bindings::kinformer::plugin::api,
         },
     });
 }
@@ -160,6 +162,11 @@ pub struct PluginOptions {
     /// thread that calls the plugin, so call a plugin with a writer from a
     /// thread that is not an async task (a worker thread, `spawn_blocking`).
     pub writer: Option<Writer>,
+    /// Where the plugin's outbound HTTP goes through its allow-list and limits;
+    /// `None` answers every request `HTTP-request-denied`.
+    pub outbound: Option<Outbound>,
+    /// The plugin's WASI environment variables (its `[env]`, resolved).
+    pub env: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for PluginOptions {
@@ -169,6 +176,8 @@ impl std::fmt::Debug for PluginOptions {
             .field("grant", &self.grant)
             .field("log_sink", &self.log_sink.is_some())
             .field("writer", &self.writer)
+            .field("outbound", &self.outbound)
+            .field("env", &self.env.iter().map(|(name, _)| name).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -223,6 +232,20 @@ impl PluginOptions {
     #[must_use]
     pub fn writer(mut self, writer: Writer) -> Self {
         self.writer = Some(writer);
+        self
+    }
+
+    /// Sets [`PluginOptions::outbound`].
+    #[must_use]
+    pub fn outbound(mut self, outbound: Outbound) -> Self {
+        self.outbound = Some(outbound);
+        self
+    }
+
+    /// Sets [`PluginOptions::env`].
+    #[must_use]
+    pub fn env(mut self, env: Vec<(String, String)>) -> Self {
+        self.env = env;
         self
     }
 }

@@ -13,14 +13,18 @@ use crate::manifest::{self, Manifest};
 use crate::plugin::{PluginComponent, digest, plugin_name};
 
 /// What identifies a version of a plugin in the directory: the digest of its
-/// file and the text of its manifest. A version is tried once; it is not tried
-/// again until the directory holds another.
+/// file, the text of its manifest, and what its `[env]` takes from Secrets
+/// and ConfigMaps. A version is tried once; it is not tried again until the
+/// directory (or a setting) holds another.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Fingerprint {
     /// The SHA-256 digest of the `.wasm` file, in hex.
     pub(super) digest: String,
     /// The manifest's text, `None` without one.
     pub(super) manifest: Option<String>,
+    /// A digest of the values (or failures) of its settings, `None` when its
+    /// manifest takes none from the cluster.
+    pub(super) settings: Option<String>,
 }
 
 /// What the directory holds for one plugin, read once per scan.
@@ -118,7 +122,11 @@ pub(super) fn scan(dir: &Path) -> Result<BTreeMap<String, PluginFiles>, Error> {
             PluginFiles {
                 file,
                 bytes,
-                fingerprint: Fingerprint { digest, manifest: text },
+                fingerprint: Fingerprint {
+                    digest,
+                    manifest: text,
+                    settings: None,
+                },
                 manifest,
                 stamp: after,
                 component: None,

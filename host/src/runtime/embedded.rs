@@ -103,6 +103,7 @@ impl EmbeddedPlugin {
             fingerprint: Fingerprint {
                 digest,
                 manifest: Some(format!("{:?}", self.manifest)),
+                settings: None,
             },
             manifest: Ok(self.manifest.clone()),
             stamp: None,

@@ -307,6 +307,19 @@ impl Scrape {
             }),
         )?;
 
+        family.counter(
+            "kinformer_plugin_http_requests",
+            "Outbound HTTP requests the plugin made, by scheme://host:port and outcome (ok, denied, throttled, timeout, too-large, error).",
+            plugins.iter().flat_map(|p| {
+                p.http_by.iter().map(|((origin, outcome), count)| {
+                    let mut labels = plugin(p);
+                    labels.push(("host", origin.clone()));
+                    labels.push(("outcome", (*outcome).to_owned()));
+                    (labels, *count)
+                })
+            }),
+        )?;
+
         // Controllers' workqueues, as client-go names them.
         let queues: Vec<(Labels, crate::workqueue::WorkQueueStats)> = plugins
             .iter()

@@ -59,6 +59,7 @@ mod lifecycle;
 mod metrics;
 pub mod prepare;
 mod server;
+mod settings;
 mod status;
 mod supervisor;
 mod version;
@@ -77,6 +78,7 @@ use crate::plugin::{EngineOptions, LogSink, PluginEngine};
 pub use controller::keys_for;
 pub use directory::plugin_files;
 pub use embedded::EmbeddedPlugin;
+pub use settings::{MAX_SETTING_BYTES, SettingsError, SettingsProblem};
 pub use status::{PluginState, PluginStatus};
 
 use supervisor::Supervisor;
@@ -160,6 +162,15 @@ pub enum Error {
     /// The leader election settings cannot work.
     #[error("leader election: {0}")]
     LeaderElection(#[from] crate::leader::ConfigError),
+    /// A setting of its `[env]` could not be read from the cluster.
+    #[error("{plugin}: {source}")]
+    Settings {
+        /// The plugin.
+        plugin: String,
+        /// Which, and why.
+        #[source]
+        source: Box<settings::SettingsError>,
+    },
     /// An embedder's plugin was compiled by another engine than the
     /// runtime's ([`Runtime::engine`]).
     #[error("{plugin}: the component was compiled by another engine than the runtime's")]
@@ -215,6 +226,10 @@ pub struct RuntimeConfig {
     /// This host's name in the Events plugins record (`reportingInstance`),
     /// e.g. the pod's name; `kinformer` when `None`.
     pub instance: Option<String>,
+    /// The API server's addresses: no plugin's outbound HTTP may reach them
+    /// (plugins reach the API server through the host, under their grant).
+    /// In a pod, `KUBERNETES_SERVICE_HOST` and `_PORT` are added by themselves.
+    pub api_server: Vec<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -235,6 +250,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("status_address", &self.status_address)
             .field("leader_election", &self.leader_election)
             .field("instance", &self.instance)
+            .field("api_server", &self.api_server)
             .finish()
     }
 }
@@ -270,6 +286,14 @@ impl RuntimeConfig {
     #[must_use]
     pub fn instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = Some(instance.into());
+        self
+    }
+
+    /// Sets [`RuntimeConfig::api_server`] to the addresses the API server's
+    /// URL resolves to (none when it does not resolve).
+    #[must_use]
+    pub fn api_server(mut self, url: &http::Uri) -> Self {
+        self.api_server = crate::outbound::resolve_url(url);
         self
     }
 
@@ -334,6 +358,7 @@ impl Default for RuntimeConfig {
             status_address: None,
             leader_election: None,
             instance: None,
+            api_server: Vec::new(),
         }
     }
 }
@@ -345,6 +370,8 @@ pub type BatchObserver = Arc<dyn Fn(&str, &[Delta]) + Send + Sync>;
 pub struct Runtime {
     supervisor: Arc<Supervisor>,
     watcher: Option<tokio::task::JoinHandle<()>>,
+    /// Rescans when a plugin's setting changes.
+    settings_follower: tokio::task::JoinHandle<()>,
     /// The leader election, when configured, and the task that starts and
     /// stops the writing plugins as leading starts and ends.
     election: Option<(LeaderElection, tokio::task::JoinHandle<()>)>,
@@ -408,6 +435,17 @@ impl Runtime {
             });
             (election, follower)
         });
+        let settings_follower = {
+            let weak = Arc::downgrade(&supervisor);
+            let changed = Arc::clone(&supervisor.settings.changed);
+            tokio::spawn(async move {
+                loop {
+                    changed.notified().await;
+                    let Some(supervisor) = weak.upgrade() else { break };
+                    drop(supervisor.rescan().await);
+                }
+            })
+        };
         let watcher = match &supervisor.dir {
             Some(dir) => {
                 // Fail early on a directory that cannot be read.
@@ -437,6 +475,7 @@ impl Runtime {
         let mut runtime = Self {
             supervisor,
             watcher,
+            settings_follower,
             election,
             status_address: None,
         };
@@ -572,6 +611,7 @@ impl Runtime {
     /// the plugins do. A leader then releases its Lease, so another replica
     /// takes over at once.
     pub async fn shutdown(mut self) -> Vec<PluginStatus> {
+        self.settings_follower.abort();
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
         }
@@ -607,6 +647,7 @@ impl Drop for Runtime {
     /// Stops without releasing a Lease it holds, as a replica that dies does:
     /// the Lease expires.
     fn drop(&mut self) {
+        self.settings_follower.abort();
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
         }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Serialize, Serializer};
 
 use crate::cluster::WriteRecord;
+use crate::outbound::{HttpRecord, Outcome};
 use crate::plugin::{LogLine, plugin_name};
 use crate::registration::Registration;
 use crate::workqueue::{DurationHistogram, WorkQueueStats};
@@ -105,6 +106,14 @@ pub struct PluginStatus {
     /// Writes by verb and outcome (`ok`, `throttled`, `denied`, ...).
     #[serde(skip)]
     pub writes_by: BTreeMap<(&'static str, &'static str), u64>,
+    /// Outbound HTTP requests that got a response read to its end.
+    pub http_requests: u64,
+    /// Outbound HTTP requests refused (denied, throttled) or failed.
+    pub http_errors: u64,
+    /// Outbound HTTP requests by `scheme://host:port` and outcome; origins
+    /// past the first 32 count under `other`.
+    #[serde(skip)]
+    pub http_by: BTreeMap<(String, &'static str), u64>,
     /// How long its `handle` calls took.
     #[serde(skip)]
     pub handle_duration: DurationHistogram,
@@ -154,6 +163,9 @@ impl PluginStatus {
             write_errors: 0,
             throttled: 0,
             writes_by: BTreeMap::new(),
+            http_requests: 0,
+            http_errors: 0,
+            http_by: BTreeMap::new(),
             handle_duration: DurationHistogram::default(),
             memory_bytes: 0,
             queued: 0,
@@ -180,6 +192,32 @@ impl PluginStatus {
         }
     }
 }
+
+impl PluginStatus {
+    /// Counts an outbound HTTP request by origin and outcome.
+    pub(super) fn record_http(&mut self, record: &HttpRecord) {
+        match record.outcome {
+            Outcome::Ok => self.http_requests += 1,
+            _ => self.http_errors += 1,
+        }
+        let known = self.http_by.keys().any(|(origin, _)| *origin == record.origin);
+        let distinct = self
+            .http_by
+            .keys()
+            .map(|(origin, _)| origin)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let origin = if known || distinct < STATUS_HTTP_ORIGINS {
+            record.origin.clone()
+        } else {
+            "other".to_owned()
+        };
+        *self.http_by.entry((origin, record.outcome.as_str())).or_default() += 1;
+    }
+}
+
+/// How many distinct origins a status counts HTTP requests by.
+pub(super) const STATUS_HTTP_ORIGINS: usize = 32;
 
 pub(super) type SharedStatus = Arc<Mutex<PluginStatus>>;
 

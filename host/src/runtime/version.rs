@@ -17,6 +17,7 @@ use crate::grant::Refusal;
 use crate::indexer::{IndexLease, Indexer};
 use crate::informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
 use crate::manifest::Manifest;
+use crate::outbound::{AddressPolicy, HttpObserver, HttpRecord, Outbound};
 use crate::plugin::{LogSink, PluginComponent, PluginInstance, PluginOptions};
 use crate::processor::{Listener, ListenerOptions};
 use crate::registration::{ControllerSpec, Registration};
@@ -44,6 +45,8 @@ pub(super) struct Version {
 /// Where a version runs: the host's informers and limits, and where its log goes.
 pub(super) struct Context<'a> {
     pub(super) factory: &'a SharedInformerFactory,
+    /// The plugin's environment, its settings resolved.
+    pub(super) env: Vec<(String, String)>,
     /// The namespaces the host itself is confined to.
     pub(super) scope: &'a Scope,
     /// The namespace every informer is confined to, when the host is.
@@ -51,6 +54,8 @@ pub(super) struct Context<'a> {
     pub(super) log_sink: LogSink,
     /// Where the plugin's writes go.
     pub(super) cluster: &'a Cluster,
+    /// Where its outbound HTTP may not connect.
+    pub(super) addresses: &'a AddressPolicy,
     /// The plugin's status, which counts its writes.
     pub(super) status: &'a SharedStatus,
     /// Counts the deltas its grant's namespaces hide from it.
@@ -75,10 +80,22 @@ impl Version {
         let writer = context
             .cluster
             .writer(name, grant.clone(), &manifest.limits, manifest.mode, Some(observer));
+        let http_status = Arc::clone(context.status);
+        let http_observer: HttpObserver =
+            Arc::new(move |record: &HttpRecord| update(&http_status, |status| status.record_http(record)));
+        let outbound = Outbound::new(
+            name,
+            grant.http().clone(),
+            context.addresses.clone(),
+            &manifest.limits,
+            Some(http_observer),
+        );
         let options = PluginOptions::with_limits(manifest.limits)
             .grant(grant.clone())
             .log_sink(context.log_sink)
-            .writer(writer);
+            .writer(writer)
+            .outbound(outbound)
+            .env(context.env);
         let (starting, config, instance_options) = (component.clone(), manifest.config.clone(), options.clone());
         let instance_caches = caches.clone();
         let (instance, registration) = blocking(move || {

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::directory::{self, Fingerprint, PluginFiles};
 use super::embedded::EmbeddedPlugin;
+use super::settings::Settings;
 use super::status::{PluginState, PluginStatus, STATUS_LOG_LINES, SharedStatus, update};
 use super::version::{Context, Version, blocking};
 use super::worker::{Command, Worker, WorkerHandle};
@@ -26,6 +27,8 @@ use super::{BatchObserver, Error, RuntimeConfig};
 use crate::cluster::Cluster;
 use crate::informer::SharedInformerFactory;
 use crate::leader::Leadership;
+use crate::manifest::EnvVar;
+use crate::outbound::{AddressPolicy, in_cluster_api_server};
 use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
 use crate::scope::Scope;
 
@@ -126,6 +129,10 @@ pub(super) struct Supervisor {
     pub(super) observer: Option<BatchObserver>,
     /// Whether this replica leads: writing plugins run only while it does.
     pub(super) leadership: Leadership,
+    /// Where no plugin's outbound HTTP may connect.
+    pub(super) addresses: AddressPolicy,
+    /// The Secrets and ConfigMaps the plugins' `[env]` name, watched.
+    pub(super) settings: Settings,
     /// The leader election's view, when there is one.
     pub(super) election: Option<Leadership>,
     /// Set once the directory was scanned: every plugin of it is known.
@@ -154,6 +161,8 @@ impl Supervisor {
                 .with_leadership(leadership.clone())
                 .with_instance(config.instance.as_deref().unwrap_or("kinformer")),
             leadership,
+            addresses: AddressPolicy::new(config.api_server.iter().copied().chain(in_cluster_api_server())),
+            settings: Settings::new(factory.client().clone()),
             factory,
             dir: config.plugins.clone(),
             embedded: Mutex::default(),
@@ -253,6 +262,23 @@ impl Supervisor {
         for (name, plugin) in self.embedded().iter() {
             if wanted.insert(name.clone(), plugin.files()).is_some() {
                 tracing::warn!(plugin = %name, "the directory holds a plugin of the embedder's plugin's name: the embedder's runs");
+            }
+        }
+        // What the manifests take from Secrets and ConfigMaps is part of
+        // each version: watched, and read before the versions are compared.
+        let envs: Vec<Vec<EnvVar>> = wanted
+            .values()
+            .filter_map(|files| files.manifest.as_ref().ok().map(|manifest| manifest.env.clone()))
+            .collect();
+        for env in &envs {
+            self.settings.watch(env).await;
+        }
+        if scanned {
+            self.settings.retain(envs.iter().map(Vec::as_slice));
+        }
+        for files in wanted.values_mut() {
+            if let Ok(manifest) = &files.manifest {
+                files.fingerprint.settings = self.settings.digest(&manifest.env);
             }
         }
 
@@ -437,12 +463,25 @@ impl Supervisor {
         if writes && self.stand_by(&mut self.plugins(), name, &fingerprint, status) {
             return;
         }
+        let env = match self.settings.resolve(&manifest.env) {
+            Ok(env) => env,
+            Err(source) => {
+                let error = Error::Settings {
+                    plugin: name.to_owned(),
+                    source: Box::new(source),
+                };
+                self.reject(name, &fingerprint, status, &error, reload);
+                return;
+            }
+        };
         let context = Context {
             factory: &self.factory,
+            env,
             scope: &self.scope,
             namespace: self.namespace.as_deref(),
             log_sink: self.status_sink(status),
             cluster: &self.cluster,
+            addresses: &self.addresses,
             status,
             outside_grant,
         };
@@ -471,7 +510,13 @@ impl Supervisor {
             return;
         }
         plugin.applied = Some(fingerprint.clone());
-        update(status, |status| status.load_error = None);
+        // The same file may load now that its settings or manifest changed.
+        update(status, |status| {
+            status.load_error = None;
+            if status.rejected_digest.as_ref() == Some(&fingerprint.digest) {
+                status.rejected_digest = None;
+            }
+        });
         let version = match plugin.worker.as_ref().filter(|worker| worker.alive()) {
             Some(worker) => match worker.commands.send(Command::Swap(Box::new(version))) {
                 Ok(()) => {
@@ -544,6 +589,7 @@ mod tests {
         Fingerprint {
             digest: digest.into(),
             manifest: None,
+            settings: None,
         }
     }
 
@@ -582,5 +628,24 @@ mod tests {
             ..version("1")
         };
         assert_eq!(step(Some(&plain), None, &configured), Step::Load);
+        let secret_changed = Fingerprint {
+            settings: Some("b".into()),
+            ..Fingerprint {
+                settings: Some("a".into()),
+                ..configured.clone()
+            }
+        };
+        assert_eq!(
+            step(
+                Some(&Fingerprint {
+                    settings: Some("a".into()),
+                    ..configured.clone()
+                }),
+                None,
+                &secret_changed
+            ),
+            Step::Load,
+            "a setting's new value is a new version"
+        );
     }
 }

@@ -1,0 +1,443 @@
+//! The HTTP allow-list of a plugin's manifest, and the one decision whether a
+//! request's URL is on it.
+//!
+//! An entry is `scheme://host[:port][/path-prefix]`: `https` or `http`, a DNS
+//! name (`*.example.com` for its subdomains), an IP literal, or `*` for any
+//! host; the scheme's port when none is given; and a path the request's path
+//! must start with. Names compare without case or a trailing dot, IP literals
+//! by the address they spell.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use super::address::ip_literal;
+
+/// Why an allow-list entry or a request URL cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlError {
+    /// Not `http://` or `https://`.
+    #[error("{0:?}: the scheme must be http or https")]
+    Scheme(String),
+    /// No host, a malformed one, a bad port, or user info (`user@host`).
+    #[error("{0:?}: want scheme://host[:port][/path], without user info")]
+    Malformed(String),
+    /// A path prefix with `.`/`..` segments, encoded dots or a query.
+    #[error("{0:?}: a path prefix is a plain path, without dot segments or a query")]
+    Path(String),
+}
+
+/// `http` or `https`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scheme {
+    /// Plain HTTP.
+    Http,
+    /// HTTP over TLS.
+    Https,
+}
+
+impl Scheme {
+    fn parse(text: &str) -> Option<Self> {
+        match text.to_ascii_lowercase().as_str() {
+            "http" => Some(Self::Http),
+            "https" => Some(Self::Https),
+            _ => None,
+        }
+    }
+
+    /// The port a URL without one means.
+    #[must_use]
+    pub fn default_port(self) -> u16 {
+        match self {
+            Self::Http => 80,
+            Self::Https => 443,
+        }
+    }
+
+    /// `http` or `https`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Https => "https",
+        }
+    }
+}
+
+/// A host as a URL names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Host {
+    /// A DNS name, lower case, without a trailing dot.
+    Name(String),
+    /// An IP literal, as the address it spells.
+    Ip(IpAddr),
+}
+
+impl Host {
+    fn parse(text: &str) -> Option<Self> {
+        if let Some(ip) = ip_literal(text) {
+            return Some(Self::Ip(ip));
+        }
+        let name = text.strip_suffix('.').unwrap_or(text).to_ascii_lowercase();
+        let valid = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            });
+        valid.then_some(Self::Name(name))
+    }
+}
+
+impl fmt::Display for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Name(name) => f.write_str(name),
+            Self::Ip(IpAddr::V6(v6)) => write!(f, "[{v6}]"),
+            Self::Ip(IpAddr::V4(v4)) => write!(f, "{v4}"),
+        }
+    }
+}
+
+/// Where a request goes: its scheme, host, port and path (without the query).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `http` or `https`.
+    pub scheme: Scheme,
+    /// The host as the URL names it.
+    pub host: Host,
+    /// The port, the scheme's when the URL gives none.
+    pub port: u16,
+    /// The path, `/` when empty.
+    pub path: String,
+}
+
+impl Target {
+    /// Reads a request's URL.
+    ///
+    /// # Errors
+    ///
+    /// When the scheme is not http(s), there is no host, or there is user info.
+    pub fn parse(uri: &http::Uri) -> Result<Self, UrlError> {
+        let text = uri.to_string();
+        let scheme = uri
+            .scheme_str()
+            .and_then(Scheme::parse)
+            .ok_or_else(|| UrlError::Scheme(text.clone()))?;
+        let authority = uri.authority().ok_or_else(|| UrlError::Malformed(text.clone()))?;
+        if authority.as_str().contains('@') {
+            return Err(UrlError::Malformed(text));
+        }
+        let host = Host::parse(authority.host()).ok_or_else(|| UrlError::Malformed(text.clone()))?;
+        let path = match uri.path() {
+            "" => "/".to_owned(),
+            path => path.to_owned(),
+        };
+        Ok(Self {
+            scheme,
+            host,
+            port: authority.port_u16().unwrap_or(scheme.default_port()),
+            path,
+        })
+    }
+
+    /// `scheme://host:port`, as the audit and the metrics name it (never the
+    /// path or query, which may carry tokens).
+    #[must_use]
+    pub fn origin(&self) -> String {
+        format!("{}://{}:{}", self.scheme.as_str(), self.host, self.port)
+    }
+}
+
+/// Which hosts an entry names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostPattern {
+    Exact(Host),
+    /// `*.suffix`: names ending in `.suffix`.
+    Subdomains(String),
+    /// `*`: any host (still never a forbidden address).
+    Any,
+}
+
+/// One entry of a plugin's HTTP allow-list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedUrl {
+    text: String,
+    scheme: Scheme,
+    host: HostPattern,
+    port: u16,
+    path_prefix: Option<String>,
+}
+
+impl AllowedUrl {
+    /// Reads an entry: `scheme://host[:port][/path-prefix]`.
+    ///
+    /// # Errors
+    ///
+    /// When the scheme, host, port or path is malformed.
+    pub fn parse(text: &str) -> Result<Self, UrlError> {
+        let (scheme, rest) = text
+            .split_once("://")
+            .ok_or_else(|| UrlError::Malformed(text.to_owned()))?;
+        let scheme = Scheme::parse(scheme).ok_or_else(|| UrlError::Scheme(text.to_owned()))?;
+        let (authority, path) = match rest.find('/') {
+            Some(slash) => (&rest[..slash], Some(&rest[slash..])),
+            None => (rest, None),
+        };
+        let malformed = || UrlError::Malformed(text.to_owned());
+        if authority.contains('@') || authority.is_empty() {
+            return Err(malformed());
+        }
+        let (host, port) = split_port(authority).ok_or_else(malformed)?;
+        let port = match port {
+            Some(port) => port.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(malformed)?,
+            None => scheme.default_port(),
+        };
+        let host = match host {
+            "*" => HostPattern::Any,
+            wild if wild.starts_with("*.") => match Host::parse(&wild[2..]) {
+                Some(Host::Name(suffix)) => HostPattern::Subdomains(suffix),
+                _ => return Err(malformed()),
+            },
+            exact => HostPattern::Exact(Host::parse(exact).ok_or_else(malformed)?),
+        };
+        let path_prefix = match path {
+            None | Some("/") => None,
+            Some(path) if path.contains(['?', '#', '\\', '%']) || has_dot_segment(path) => {
+                return Err(UrlError::Path(text.to_owned()));
+            }
+            Some(path) => Some(path.to_owned()),
+        };
+        Ok(Self {
+            text: text.to_owned(),
+            scheme,
+            host,
+            port,
+            path_prefix,
+        })
+    }
+
+    /// The IP literal the entry names, if it names one: such an address is
+    /// let through even when loopback or link-local.
+    #[must_use]
+    pub fn listed_ip(&self) -> Option<IpAddr> {
+        match &self.host {
+            HostPattern::Exact(Host::Ip(ip)) => Some(*ip),
+            _ => None,
+        }
+    }
+
+    /// True when a request to `target` is allowed by this entry.
+    #[must_use]
+    pub fn allows(&self, target: &Target) -> bool {
+        let host = match (&self.host, &target.host) {
+            (HostPattern::Any, _) => true,
+            (HostPattern::Exact(allowed), host) => allowed == host,
+            (HostPattern::Subdomains(suffix), Host::Name(name)) => name
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+            (HostPattern::Subdomains(_), Host::Ip(_)) => false,
+        };
+        let path = match &self.path_prefix {
+            None => true,
+            // A path that walks out of the prefix with dot segments, or hides
+            // them encoded, is not under it.
+            Some(prefix) => {
+                target.path.starts_with(prefix.as_str())
+                    && !has_dot_segment(&target.path)
+                    && !target.path.to_ascii_lowercase().contains("%2e")
+                    && !target.path.contains('\\')
+            }
+        };
+        self.scheme == target.scheme && host && self.port == target.port && path
+    }
+}
+
+impl fmt::Display for AllowedUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// `host` and `port` of an authority; IPv6 literals are in brackets.
+fn split_port(authority: &str) -> Option<(&str, Option<&str>)> {
+    if authority.starts_with('[') {
+        let end = authority.find(']')?;
+        let (host, rest) = authority.split_at(end + 1);
+        return match rest {
+            "" => Some((host, None)),
+            port => port.strip_prefix(':').map(|port| (host, Some(port))),
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) => Some((host, Some(port))),
+        None => Some((authority, None)),
+    }
+}
+
+fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|segment| segment == "." || segment == "..")
+}
+
+/// A plugin's HTTP allow-list: empty, the default, allows nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpGrant {
+    allow: Vec<AllowedUrl>,
+}
+
+impl HttpGrant {
+    /// A grant of these entries.
+    ///
+    /// # Errors
+    ///
+    /// When an entry is malformed.
+    pub fn new<'a>(entries: impl IntoIterator<Item = &'a str>) -> Result<Self, UrlError> {
+        Ok(Self {
+            allow: entries.into_iter().map(AllowedUrl::parse).collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// The entries.
+    #[must_use]
+    pub fn entries(&self) -> &[AllowedUrl] {
+        &self.allow
+    }
+
+    /// True when no request is allowed.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty()
+    }
+
+    /// The first entry that allows a request to `target`.
+    #[must_use]
+    pub fn allowing(&self, target: &Target) -> Option<&AllowedUrl> {
+        self.allow.iter().find(|entry| entry.allows(target))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(url: &str) -> Target {
+        Target::parse(&url.parse().unwrap()).unwrap()
+    }
+
+    fn grant(entries: &[&str]) -> HttpGrant {
+        HttpGrant::new(entries.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn an_entry_allows_its_scheme_host_port_and_path_prefix_only() {
+        let slack = grant(&["https://hooks.slack.com/services/"]);
+        assert!(
+            slack
+                .allowing(&target("https://hooks.slack.com/services/T0/B0/x"))
+                .is_some()
+        );
+        assert!(
+            slack
+                .allowing(&target("https://HOOKS.slack.com./services/T0"))
+                .is_some()
+        );
+        assert!(
+            slack
+                .allowing(&target("https://hooks.slack.com:443/services/T0"))
+                .is_some()
+        );
+        for refused in [
+            "http://hooks.slack.com/services/T0",
+            "https://hooks.slack.com:8443/services/T0",
+            "https://hooks.slack.com/api/chat.postMessage",
+            "https://hooks.slack.com/services/../api/x",
+            "https://hooks.slack.com/services/%2e%2e/api",
+            "https://evil.com/services/x",
+            "https://hooks.slack.com.evil.com/services/x",
+        ] {
+            assert!(slack.allowing(&target(refused)).is_none(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_wildcard_allows_subdomains_but_not_the_name_itself_or_look_alikes() {
+        let any_svc = grant(&["http://*.monitoring.svc:9093"]);
+        assert!(
+            any_svc
+                .allowing(&target("http://alertmanager.monitoring.svc:9093/"))
+                .is_some()
+        );
+        assert!(any_svc.allowing(&target("http://a.b.monitoring.svc:9093/")).is_some());
+        assert!(any_svc.allowing(&target("http://monitoring.svc:9093/")).is_none());
+        assert!(any_svc.allowing(&target("http://evilmonitoring.svc:9093/")).is_none());
+        assert!(
+            any_svc
+                .allowing(&target("http://alertmanager.monitoring.svc/"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn ip_literals_match_by_the_address_they_spell() {
+        let local = grant(&["http://127.0.0.1:8080"]);
+        let entry = local.allowing(&target("http://2130706433:8080/hook")).unwrap();
+        assert_eq!(entry.listed_ip(), Some("127.0.0.1".parse().unwrap()));
+        assert!(local.allowing(&target("http://0x7f.1:8080/")).is_some());
+        assert!(local.allowing(&target("http://[::ffff:127.0.0.1]:8080/")).is_some());
+        assert!(local.allowing(&target("http://localhost:8080/")).is_none());
+        assert!(local.allowing(&target("http://127.0.0.2:8080/")).is_none());
+    }
+
+    #[test]
+    fn the_default_grant_allows_nothing_and_a_star_allows_any_host() {
+        assert!(HttpGrant::default().allowing(&target("https://example.com/")).is_none());
+        let any = grant(&["https://*"]);
+        assert!(any.allowing(&target("https://example.com/")).is_some());
+        assert!(any.allowing(&target("http://example.com/")).is_none());
+    }
+
+    #[test]
+    fn malformed_entries_are_refused_with_the_reason() {
+        for (entry, error) in [
+            ("ftp://example.com", UrlError::Scheme("ftp://example.com".into())),
+            ("example.com", UrlError::Malformed("example.com".into())),
+            (
+                "https://user@example.com",
+                UrlError::Malformed("https://user@example.com".into()),
+            ),
+            (
+                "https://example.com:0",
+                UrlError::Malformed("https://example.com:0".into()),
+            ),
+            (
+                "https://example.com:99999",
+                UrlError::Malformed("https://example.com:99999".into()),
+            ),
+            ("https://*.", UrlError::Malformed("https://*.".into())),
+            (
+                "https://ex ample.com",
+                UrlError::Malformed("https://ex ample.com".into()),
+            ),
+            (
+                "https://example.com/a/../b",
+                UrlError::Path("https://example.com/a/../b".into()),
+            ),
+            (
+                "https://example.com/a?b",
+                UrlError::Path("https://example.com/a?b".into()),
+            ),
+        ] {
+            assert_eq!(AllowedUrl::parse(entry), Err(error), "{entry}");
+        }
+        assert!(AllowedUrl::parse("http://[::1]:9000/x").is_ok());
+    }
+
+    #[test]
+    fn a_target_s_origin_carries_no_path_or_query() {
+        let t = target("https://hooks.slack.com/services/T0/B0/secret?token=x");
+        assert_eq!(t.origin(), "https://hooks.slack.com:443");
+        assert_eq!(target("http://[::1]:81/").origin(), "http://[::1]:81");
+        assert!(Target::parse(&"https://u:p@example.com/".parse().unwrap()).is_err());
+    }
+}

@@ -1,0 +1,324 @@
+//! Sending one admitted request: resolve, check every address, connect to the
+//! checked one, TLS, HTTP/1.1, with the bodies capped and the exchange timed.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
+
+use super::{AddressPolicy, Host, HttpRecord, Outcome, Scheme, Shared, Target};
+use crate::limits::Limits;
+
+/// The times one request is held to.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timeouts {
+    connect: Duration,
+    /// From the start to the end of the response body.
+    total: Duration,
+}
+
+impl Timeouts {
+    /// The plugin's limits, shortened by what the guest asked for and by what
+    /// its call has left (less a margin, so the guest gets a timeout error to
+    /// handle rather than a call past its deadline).
+    pub(super) fn new(limits: &Limits, options: Option<RequestOptions>, call_left: Duration) -> Self {
+        let margin = (call_left / 10).min(Duration::from_millis(100));
+        let left = call_left.saturating_sub(margin);
+        let asked = |limit: Duration, asked: Option<Duration>| asked.map_or(limit, |asked| asked.min(limit));
+        let options = options.unwrap_or_default();
+        let total = limits.http_timeout.min(left);
+        Self {
+            connect: asked(limits.http_connect_timeout, options.connect_timeout).min(total),
+            total,
+        }
+    }
+}
+
+/// What records the request once its response body ends (or is dropped).
+pub(super) struct Finish {
+    pub(super) shared: Arc<Shared>,
+    pub(super) method: String,
+    pub(super) origin: String,
+    pub(super) started: Instant,
+}
+
+/// Sends `request` to `target`; the response, whose body records the request
+/// when it ends.
+#[allow(clippy::too_many_arguments, reason = "one admitted request's parts, each used once")]
+pub(super) async fn send(
+    request: http::Request<WasiBody>,
+    target: &Target,
+    listed: Option<IpAddr>,
+    policy: &AddressPolicy,
+    limits: &Limits,
+    timeouts: Timeouts,
+    permit: OwnedSemaphorePermit,
+    finish: Finish,
+) -> Result<http::Response<WasiBody>, HttpError> {
+    let deadline = tokio::time::Instant::now() + timeouts.total;
+    let connected = tokio::time::timeout(timeouts.connect, connect(target, listed, policy))
+        .await
+        .map_err(|_| HttpError::ConnectionTimeout)??;
+    let io: Box<dyn Stream> = match target.scheme {
+        Scheme::Http => Box::new(connected),
+        Scheme::Https => {
+            let name = server_name(&target.host)?;
+            let tls = tokio::time::timeout_at(deadline, tls_connector().connect(name, connected))
+                .await
+                .map_err(|_| HttpError::ConnectionTimeout)?
+                .map_err(HttpError::Tls)?;
+            Box::new(tls)
+        }
+    };
+    let (mut sender, connection) = tokio::time::timeout_at(
+        deadline,
+        hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(io)),
+    )
+    .await
+    .map_err(|_| HttpError::ConnectionTimeout)??;
+    tokio::spawn(async move {
+        // Ends when the response body is done or dropped; its errors reach the
+        // guest through the body.
+        let _ = connection.await;
+    });
+
+    // The request line carries the path only; the Host header the authority.
+    let (mut parts, body) = request.into_parts();
+    parts.uri = http::Uri::builder()
+        .path_and_query(parts.uri.path_and_query().map_or("/", |p| p.as_str()))
+        .build()
+        .map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    let body = Capped::request(body, limits.http_request_bytes).boxed_unsync();
+    let request = http::Request::from_parts(parts, body);
+
+    let response = tokio::time::timeout_at(deadline, sender.send_request(request))
+        .await
+        .map_err(|_| HttpError::HttpResponseTimeout)?
+        .map_err(|error| request_error(&error))?;
+    let status = response.status().as_u16();
+    Ok(response.map(|incoming| {
+        Capped {
+            inner: incoming.map_err(|error| request_error(&error)).boxed_unsync(),
+            cap: limits.http_response_bytes,
+            seen: 0,
+            too_large: TooLarge::Response,
+            deadline: Some(Box::pin(tokio::time::sleep_until(deadline))),
+            report: Some(Report {
+                finish,
+                status,
+                _permit: permit,
+            }),
+        }
+        .boxed_unsync()
+    }))
+}
+
+/// A hyper error as the guest sees it: a body over its cap keeps its code.
+fn request_error(error: &hyper::Error) -> HttpError {
+    let capped = std::error::Error::source(error).and_then(|source| source.downcast_ref::<HttpError>());
+    match capped {
+        Some(HttpError::HttpRequestBodySize(size)) => HttpError::HttpRequestBodySize(*size),
+        _ if error.is_timeout() => HttpError::HttpResponseTimeout,
+        _ => HttpError::HttpProtocolError,
+    }
+}
+
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
+
+/// Resolves the target's host, checks every address, and connects to the
+/// first one that answers.
+async fn connect(target: &Target, listed: Option<IpAddr>, policy: &AddressPolicy) -> Result<TcpStream, HttpError> {
+    let addresses: Vec<SocketAddr> = match &target.host {
+        Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
+        Host::Name(name) => tokio::net::lookup_host((name.as_str(), target.port))
+            .await
+            .map_err(|_| HttpError::DnsError {
+                rcode: Some("no such host".into()),
+                info_code: None,
+            })?
+            .collect(),
+    };
+    if addresses.is_empty() {
+        return Err(HttpError::DestinationNotFound);
+    }
+    // A name with one forbidden address among good ones is refused whole:
+    // which one a connection gets would otherwise be the resolver's choice.
+    for address in &addresses {
+        if let Err(forbidden) = policy.check(*address, listed) {
+            tracing::debug!(origin = %target.origin(), %address, "refused: {}", forbidden.describe());
+            return Err(HttpError::DestinationIpProhibited);
+        }
+    }
+    let mut last = HttpError::ConnectionRefused;
+    for address in addresses {
+        match TcpStream::connect(address).await {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(error) => last = HttpError::Connect(error),
+        }
+    }
+    Err(last)
+}
+
+fn server_name(host: &Host) -> Result<rustls::pki_types::ServerName<'static>, HttpError> {
+    match host {
+        Host::Ip(ip) => Ok(rustls::pki_types::ServerName::from(*ip)),
+        Host::Name(name) => rustls::pki_types::ServerName::try_from(name.clone()).map_err(|_| HttpError::DnsError {
+            rcode: Some("invalid DNS name".into()),
+            info_code: None,
+        }),
+    }
+}
+
+/// One TLS configuration for every plugin: the system's trust store, so an
+/// operator's own CA (in the host's image) is trusted as any other program
+/// there trusts it.
+fn tls_connector() -> tokio_rustls::TlsConnector {
+    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    let config = CONFIG.get_or_init(|| {
+        let mut roots = rustls::RootCertStore::empty();
+        let found = rustls_native_certs::load_native_certs();
+        for error in &found.errors {
+            tracing::warn!("reading the system's trusted certificates: {error}");
+        }
+        let (added, ignored) = roots.add_parsable_certificates(found.certs);
+        tracing::debug!(added, ignored, "trusted certificates for outbound HTTPS");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map(|builder| builder.with_root_certificates(roots).with_no_client_auth());
+        Arc::new(config.unwrap_or_else(|error| {
+            tracing::error!("outbound TLS cannot be configured: {error}");
+            rustls::ClientConfig::builder()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        }))
+    });
+    tokio_rustls::TlsConnector::from(Arc::clone(config))
+}
+
+/// Which body a cap cuts.
+#[derive(Debug, Clone, Copy)]
+enum TooLarge {
+    Request,
+    Response,
+}
+
+/// Records the request when the response body ends or is dropped, and holds
+/// its place among the requests in flight until then.
+struct Report {
+    finish: Finish,
+    status: u16,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A body cut at `cap` bytes and, for a response, at the request's deadline.
+struct Capped {
+    inner: WasiBody,
+    cap: u64,
+    seen: u64,
+    too_large: TooLarge,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    report: Option<Report>,
+}
+
+impl Capped {
+    fn request(inner: WasiBody, cap: u64) -> Self {
+        Self {
+            inner,
+            cap,
+            seen: 0,
+            too_large: TooLarge::Request,
+            deadline: None,
+            report: None,
+        }
+    }
+
+    /// Records the request once, with how it ended.
+    fn end(&mut self, outcome: Outcome) {
+        if let Some(report) = self.report.take() {
+            let finish = &report.finish;
+            finish.shared.record(HttpRecord {
+                method: finish.method.clone(),
+                origin: finish.origin.clone(),
+                status: Some(report.status),
+                bytes: self.seen,
+                elapsed: finish.started.elapsed(),
+                outcome,
+            });
+        }
+    }
+}
+
+impl Body for Capped {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        let this = &mut *self;
+        if let Some(deadline) = &mut this.deadline
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            this.end(Outcome::Timeout);
+            return Poll::Ready(Some(Err(HttpError::HttpResponseTimeout)));
+        }
+        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match frame {
+            None => {
+                this.end(Outcome::Ok);
+                Poll::Ready(None)
+            }
+            Some(Err(error)) => {
+                this.end(Outcome::of(&error));
+                Poll::Ready(Some(Err(error)))
+            }
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    this.seen += data.len() as u64;
+                    if this.seen > this.cap {
+                        let error = match this.too_large {
+                            TooLarge::Request => HttpError::HttpRequestBodySize(Some(this.cap)),
+                            TooLarge::Response => HttpError::HttpResponseBodySize(Some(this.cap)),
+                        };
+                        this.seen = this.cap;
+                        this.end(Outcome::TooLarge);
+                        return Poll::Ready(Some(Err(error)));
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Capped {
+    fn drop(&mut self) {
+        // A guest that stops reading early: the request still gets its line.
+        let outcome = if self.inner.is_end_stream() {
+            Outcome::Ok
+        } else {
+            Outcome::Error
+        };
+        self.end(outcome);
+    }
+}
