@@ -54,7 +54,16 @@
 
 import * as cache from "kinformer:plugin/cache@0.1.0";
 import { log } from "kinformer:plugin/log@0.1.0";
-import { cluster as clusterImports, world as builtFor } from "./kinformer-world.js";
+import { cluster as clusterImports, getEnvironment, world as builtFor } from "./kinformer-world.js";
+
+// `process.env`: the plugin's environment (the manifest's `[env]`), read when
+// it is used, never at build time (the build runs the module once).
+if (globalThis.process === undefined) globalThis.process = {};
+if (globalThis.process.env === undefined) {
+  Object.defineProperty(globalThis.process, "env", {
+    get: () => Object.fromEntries(getEnvironment()),
+  });
+}
 
 /** A Kubernetes resource type: `new Gvk("apps", "v1", "Deployment")`; the core group is `""`. */
 export class Gvk {
@@ -279,14 +288,27 @@ export class Handler {
     throw new PluginError("init is not implemented");
   }
 
-  /** Handles one `Delta`; throwing asks the host to deliver the whole batch again, so be idempotent. */
+  /**
+   * Handles one `Delta`; throwing asks the host to deliver the whole batch
+   * again, so be idempotent. It may be `async` (to `await fetch(...)`, say):
+   * the batch's call then ends when its promise settles.
+   */
   handle(delta) {
     throw new PluginError("handle is not implemented");
   }
 
-  /** Handles a batch in order; by default `handle` for each. */
+  /** Handles a batch in order; by default `handle` for each, awaiting each promise `handle` returns. */
   handleBatch(deltas) {
-    for (const delta of deltas) this.handle(delta);
+    let pending;
+    for (const delta of deltas) {
+      if (pending !== undefined) {
+        pending = pending.then(() => this.handle(delta));
+        continue;
+      }
+      const result = this.handle(delta);
+      if (result !== undefined && typeof result.then === "function") pending = result;
+    }
+    return pending;
   }
 }
 
@@ -325,10 +347,20 @@ export function plugin(HandlerClass) {
     },
     handle(batch) {
       if (handler === undefined) throw { message: "handle called before a successful init" };
+      let result;
       try {
-        handler.handleBatch(batch.map((delta) => new Delta(delta)));
+        result = handler.handleBatch(batch.map((delta) => new Delta(delta)));
       } catch (thrown) {
         throw asError(thrown);
+      }
+      // An async handler: componentize-js runs the promise to completion.
+      if (result !== undefined && typeof result.then === "function") {
+        return result.then(
+          () => undefined,
+          (thrown) => {
+            throw asError(thrown);
+          },
+        );
       }
     },
   };

@@ -5,7 +5,9 @@
 //! config string from the plugin's manifest, then [`Handler::handle`] with every
 //! delta of the resources the plugin subscribed to. While handling, a plugin reads
 //! the host's indexed cache through [`cache`], writes to the cluster through
-//! [`cluster`] (as far as the operator's grant allows) and logs through
+//! [`cluster`], reads what no cache holds through [`api`], calls HTTP
+//! services through [`http`] (each as far as the operator's grant allows),
+//! takes settings from its environment (`std::env::var`) and logs through
 //! [`info!`] and friends.
 //!
 //! # Examples
@@ -42,11 +44,13 @@
 //! kinformer_sdk::plugin!(PodCounter);
 //! ```
 
+pub mod api;
 pub mod cache;
 pub mod cluster;
 pub mod controller;
 mod delta;
 mod error;
+pub mod http;
 pub mod log;
 mod registration;
 #[cfg(all(feature = "testing", not(target_arch = "wasm32")))]
@@ -100,6 +104,7 @@ pub mod controller_bindings {
             "kinformer:plugin/cache@0.1.0": crate::bindings::kinformer::plugin::cache,
             "kinformer:plugin/log@0.1.0": crate::bindings::kinformer::plugin::log,
             "kinformer:plugin/cluster@0.1.0": crate::bindings::kinformer::plugin::cluster,
+            "kinformer:plugin/api@0.1.0": crate::bindings::kinformer::plugin::api,
         },
         pub_export_macro: true,
         export_macro_name: "export_controller_world",

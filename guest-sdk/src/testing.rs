@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
+use crate::api::ReadError;
 use crate::bindings::kinformer::plugin::types as wit;
 use crate::cache::{CacheError, ObjectList};
 use crate::log::Level;
@@ -288,4 +289,27 @@ pub(crate) fn index_values(gvk: &Gvk, index: &str) -> Result<Vec<String>, CacheE
 
 pub(crate) fn log(level: Level, message: &str) {
     CACHE.with_borrow_mut(|cache| cache.logs.push((level, message.to_owned())));
+}
+
+/// An uncached read answers from the harness's objects too: add PodMetrics
+/// (or anything else a plugin reads through [`crate::api`]) with
+/// [`Harness::add`].
+pub(crate) fn api_get(gvk: &Gvk, namespace: Option<&str>, name: &str) -> Result<Option<Value>, ReadError> {
+    let key = match namespace {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name.to_owned(),
+    };
+    let found = get(gvk, &key).map_err(|error| ReadError::Invalid(format!("{error:?}")))?;
+    found
+        .map(|text| serde_json::from_str(&text).map_err(|error| ReadError::Invalid(error.to_string())))
+        .transpose()
+}
+
+pub(crate) fn api_list(gvk: &Gvk, namespace: Option<&str>, selector: Option<&str>) -> Result<Vec<Value>, ReadError> {
+    let found = list(gvk, namespace, selector, 0).map_err(|error| ReadError::Invalid(format!("{error:?}")))?;
+    found
+        .objects
+        .iter()
+        .map(|text| serde_json::from_str(text).map_err(|error| ReadError::Invalid(error.to_string())))
+        .collect()
 }

@@ -96,7 +96,12 @@ pub fn built(language: Language, world: World, source: impl AsRef<Path>) -> std:
         other => format!("{name}.{}.wasm", other.name()),
     };
     let out = guest_plugins_dir().join(file);
-    let inputs = [source.as_path(), &language.sdk(), &root().join("wit")];
+    let inputs = [
+        source.as_path(),
+        &language.sdk(),
+        &root().join("guest-sdk/wasi"),
+        &root().join("wit"),
+    ];
     let built = std::fs::metadata(&out).and_then(|meta| meta.modified()).ok();
     let mut newest_input = SystemTime::UNIX_EPOCH;
     for input in inputs {

@@ -7,9 +7,9 @@
 //! `desired = ceil(ready pods × utilization / target)`, left alone within a 10%
 //! tolerance and clamped to `[minReplicas, maxReplicas]`.
 //!
-//! A real cluster serves pod usage through the metrics API; here it comes from the
-//! pod annotation `metrics.kinformer.dev/cpu-millicores`, which the demo workload
-//! sets.
+//! Pod usage comes from the resource metrics API (`metrics.k8s.io` PodMetrics,
+//! served by metrics-server on a real cluster and by the emulation in the demo),
+//! read uncached: the manifest grants `[[grant.read]]` of PodMetrics.
 
 use kinformer_sdk::k8s::api::apps::v1::Deployment;
 use kinformer_sdk::k8s::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -17,7 +17,7 @@ use kinformer_sdk::k8s::api::core::v1::Pod;
 use kinformer_sdk::{Delta, DeltaType, Gvk, Handler, Registration, Result, cache, info};
 
 mod usage;
-use usage::{TOLERANCE, cpu_utilization_target, is_ready, pod_cpu_requests, pod_usage, selector_string};
+use usage::{TOLERANCE, cpu_utilization_target, is_ready, pod_cpu_requests, pod_usage, pod_usages, selector_string};
 
 struct HpaAdvisor;
 
@@ -96,13 +96,21 @@ fn recommend(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<Recommend
     };
     let pods: Vec<Pod> = cache::list(&Gvk::of::<Pod>())
         .namespace(namespace)
-        .label_selector(selector)
+        .label_selector(selector.as_str())
         .fetch()?
         .parse()?;
+    let usages = match pod_usages(namespace, &selector) {
+        Ok(usages) => usages,
+        Err(error) => {
+            return Ok(Recommendation::Skip(format!(
+                "unable to get cpu metrics of {deployment_key}: {error}"
+            )));
+        }
+    };
 
     let (mut usage, mut requests, mut ready) = (0_i64, 0_i64, 0_usize);
     for pod in pods.iter().filter(|pod| is_ready(pod)) {
-        let (Some(pod_usage), Some(pod_requests)) = (pod_usage(pod), pod_cpu_requests(pod)) else {
+        let (Some(pod_usage), Some(pod_requests)) = (pod_usage(pod, &usages), pod_cpu_requests(pod)) else {
             continue;
         };
         usage += pod_usage;

@@ -1,13 +1,21 @@
-//! What both HPA plugins read off pods and HPAs: the CPU utilization target, the
-//! target's pod selector, readiness, usage and requests. One file, included by
-//! `hpa-advisor` and (by path) by `hpa-controller`.
+//! What both HPA plugins read off pods, HPAs and the resource metrics API: the
+//! CPU utilization target, the target's pod selector, readiness, requests and
+//! usage. One file, included by `hpa-advisor` and (by path) by `hpa-controller`.
+//!
+//! Usage comes from `metrics.k8s.io/v1beta1` PodMetrics, as the Kubernetes HPA
+//! controller reads it: a pod's usage is the sum of its containers' CPU, and
+//! utilization is usage over requests. metrics-server answers list and get but
+//! no watch, so the plugins read it uncached through `kinformer_sdk::api`,
+//! under a `[[grant.read]]` in their manifest.
 
+use std::collections::BTreeMap;
+
+use kinformer_sdk::Gvk;
+use kinformer_sdk::api::{self, ReadError};
 use kinformer_sdk::k8s::api::autoscaling::v2::MetricSpec;
 use kinformer_sdk::k8s::api::core::v1::Pod;
 use kinformer_sdk::k8s::apimachinery::pkg::apis::meta::v1::LabelSelector;
-
-/// The pod annotation carrying the pod's CPU usage in millicores.
-pub(crate) const USAGE_ANNOTATION: &str = "metrics.kinformer.dev/cpu-millicores";
+use serde_json::Value;
 /// Like the HPA controller: no scaling while utilization is within 10% of the target.
 pub(crate) const TOLERANCE: f64 = 0.1;
 
@@ -46,8 +54,37 @@ pub(crate) fn is_ready(pod: &Pod) -> bool {
         .any(|condition| condition.type_ == "Ready" && condition.status == "True")
 }
 
-pub(crate) fn pod_usage(pod: &Pod) -> Option<i64> {
-    pod.metadata.annotations.as_ref()?.get(USAGE_ANNOTATION)?.parse().ok()
+/// The resource metrics API's pod usage type.
+pub(crate) fn pod_metrics_gvk() -> Gvk {
+    Gvk::new("metrics.k8s.io", "v1beta1", "PodMetrics")
+}
+
+/// The CPU usage in millicores of the pods in `namespace` matching `selector`,
+/// by pod name, from the resource metrics API.
+pub(crate) fn pod_usages(namespace: &str, selector: &str) -> Result<BTreeMap<String, i64>, ReadError> {
+    let items = api::list(&pod_metrics_gvk(), Some(namespace), Some(selector))?;
+    Ok(usages(&items))
+}
+
+/// Each PodMetrics' CPU summed over its containers, by pod name; a pod whose
+/// usage does not parse has no metrics.
+pub(crate) fn usages(items: &[Value]) -> BTreeMap<String, i64> {
+    items
+        .iter()
+        .filter_map(|item| {
+            let name = item["metadata"]["name"].as_str()?;
+            let mut total = 0;
+            for container in item["containers"].as_array()? {
+                total += millicores(container["usage"]["cpu"].as_str()?)?;
+            }
+            Some((name.to_owned(), total))
+        })
+        .collect()
+}
+
+/// The pod's usage among `usages`.
+pub(crate) fn pod_usage(pod: &Pod, usages: &BTreeMap<String, i64>) -> Option<i64> {
+    usages.get(pod.metadata.name.as_deref()?).copied()
 }
 
 pub(crate) fn pod_cpu_requests(pod: &Pod) -> Option<i64> {
@@ -60,15 +97,27 @@ pub(crate) fn pod_cpu_requests(pod: &Pod) -> Option<i64> {
     Some(total)
 }
 
-/// A CPU quantity (`250m`, `1`, `0.5`) in millicores.
+/// A CPU quantity (`250m`, `1`, `0.5`, metrics-server's `123456789n`) in
+/// millicores, rounded up as Kubernetes' `MilliValue` does.
 pub(crate) fn millicores(quantity: &str) -> Option<i64> {
-    match quantity.strip_suffix('m') {
-        Some(milli) => milli.parse().ok(),
-        None => quantity
-            .parse::<f64>()
-            .ok()
-            .map(|cores| (cores * 1000.0).round() as i64),
-    }
+    let (number, scale) = [
+        ("n", 1e-6),
+        ("u", 1e-3),
+        ("m", 1.0),
+        ("k", 1e6),
+        ("M", 1e9),
+        ("G", 1e12),
+    ]
+    .iter()
+    .find_map(|(suffix, scale)| Some((quantity.strip_suffix(suffix)?, *scale)))
+    .unwrap_or((quantity, 1e3));
+    let value = number
+        .parse::<f64>()
+        .ok()
+        .filter(|value| value.is_finite() && *value >= 0.0)?
+        * scale;
+    // Round up, but not past a value that is whole up to float error.
+    Some((value - 1e-9).ceil().max(0.0) as i64)
 }
 
 #[cfg(test)]
@@ -81,6 +130,25 @@ mod tests {
         assert_eq!(millicores("2"), Some(2000));
         assert_eq!(millicores("0.5"), Some(500));
         assert_eq!(millicores("lots"), None);
+        assert_eq!(millicores("249999999n"), Some(250), "rounded up");
+        assert_eq!(millicores("250000000n"), Some(250));
+        assert_eq!(millicores("1500u"), Some(2));
+        assert_eq!(millicores("0"), Some(0));
+        assert_eq!(millicores("-1"), None);
+    }
+
+    #[test]
+    fn pod_metrics_sum_their_containers() {
+        let items = vec![
+            serde_json::json!({"metadata": {"name": "a"}, "containers": [
+                {"name": "c", "usage": {"cpu": "100m", "memory": "1Mi"}},
+                {"name": "d", "usage": {"cpu": "49999999n", "memory": "1Mi"}}
+            ]}),
+            serde_json::json!({"metadata": {"name": "b"}, "containers": [{"name": "c", "usage": {"cpu": "oops"}}]}),
+        ];
+        let usages = usages(&items);
+        assert_eq!(usages.get("a"), Some(&150));
+        assert!(!usages.contains_key("b"), "a pod whose usage does not parse has none");
     }
 
     #[test]

@@ -19,8 +19,12 @@
 //! when it or its deployment changes (a mapping through an index on
 //! `spec.scaleTargetRef.name`) and every sync period.
 //!
-//! Pod usage comes from the pod annotation `metrics.kinformer.dev/cpu-millicores`
-//! (the demo workload sets it); a real cluster serves it through the metrics API.
+//! Pod usage comes from the resource metrics API (`metrics.k8s.io` PodMetrics,
+//! metrics-server on a real cluster), read uncached under the manifest's
+//! `[[grant.read]]`. When it cannot be read (metrics-server down, the read
+//! forbidden) nothing is scaled: the HPA's `ScalingActive` condition turns
+//! False with reason `FailedGetResourceMetric` and a Warning Event says why,
+//! as the Kubernetes HPA controller reports it.
 //!
 //! Config: options separated by commas: `sync-seconds=N` (default 15) and
 //! `stabilization-seconds=N` (overrides the HPAs' scale-down window).
@@ -28,6 +32,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use kinformer_sdk::api::ReadError;
 use kinformer_sdk::cluster::{self, EventType, ObjectRef, PatchType, WriteError};
 use kinformer_sdk::controller::{Action, Controller, ControllerRegistration, Request};
 use kinformer_sdk::k8s::api::apps::v1::Deployment;
@@ -38,7 +43,7 @@ use serde_json::json;
 
 #[path = "../../hpa-advisor/src/usage.rs"]
 mod usage;
-use usage::{TOLERANCE, cpu_utilization_target, is_ready, pod_cpu_requests, pod_usage, selector_string};
+use usage::{TOLERANCE, cpu_utilization_target, is_ready, pod_cpu_requests, pod_usage, pod_usages, selector_string};
 
 /// The scale-down stabilization window when the HPA sets none.
 const DEFAULT_STABILIZATION: Duration = Duration::from_secs(300);
@@ -89,9 +94,13 @@ impl Controller for HpaController {
         };
         let namespace = request.namespace.clone().unwrap_or_default();
         let measured = match measure(&namespace, &hpa)? {
-            Ok(measured) => measured,
-            Err(why) => {
+            Measurement::Measured(measured) => measured,
+            Measurement::Skip(why) => {
                 info!("hpa {}: {why}", request.key);
+                return Ok(Action::done());
+            }
+            Measurement::NoMetrics { current, error } => {
+                metrics_failed(&request.key, &hpa, current, &error)?;
                 return Ok(Action::done());
             }
         };
@@ -185,43 +194,128 @@ impl Measured {
     }
 }
 
-/// Measures the HPA's deployment and pods from the cache; `Ok(Err(why))` when
-/// there is nothing to act on.
-fn measure(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<std::result::Result<Measured, String>> {
+/// What a reconcile found to act on.
+enum Measurement {
+    Measured(Measured),
+    /// Nothing to act on, and nothing to report on the HPA.
+    Skip(String),
+    /// The resource metrics API did not answer: reported on the HPA, nothing
+    /// scaled.
+    NoMetrics {
+        current: i32,
+        error: ReadError,
+    },
+}
+
+/// Measures the HPA's deployment and pods from the cache and their usage from
+/// the resource metrics API.
+fn measure(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<Measurement> {
     let spec = &hpa.spec;
     let target_ref = &spec.scale_target_ref;
     if target_ref.kind != "Deployment" {
-        return Ok(Err(format!(
+        return Ok(Measurement::Skip(format!(
             "targets a {}, only deployments are supported",
             target_ref.kind
         )));
     }
     let Some(target) = cpu_utilization_target(spec.metrics.as_deref().unwrap_or_default()) else {
-        return Ok(Err("no cpu utilization target".into()));
+        return Ok(Measurement::Skip("no cpu utilization target".into()));
     };
     let deployment_key = format!("{namespace}/{}", target_ref.name);
     let Some(deployment) = cache::get_as::<Deployment>(&Gvk::of::<Deployment>(), &deployment_key)? else {
-        return Ok(Err(format!("deployment {deployment_key} not in the cache")));
+        return Ok(Measurement::Skip(format!(
+            "deployment {deployment_key} not in the cache"
+        )));
     };
     let deployment_spec = deployment.spec;
+    let current = deployment_spec.replicas.unwrap_or(1);
     let Some(selector) = selector_string(&deployment_spec.selector) else {
-        return Ok(Err(format!("deployment {deployment_key} has an empty selector")));
+        return Ok(Measurement::Skip(format!(
+            "deployment {deployment_key} has an empty selector"
+        )));
     };
     let pods: Vec<Pod> = cache::list(&Gvk::of::<Pod>())
         .namespace(namespace)
-        .label_selector(selector)
+        .label_selector(selector.as_str())
         .fetch()?
         .parse()?;
-    Ok(measure_pods(
-        &target_ref.name,
-        deployment_spec.replicas.unwrap_or(1),
-        target,
-        &pods,
-    ))
+    let usages = match pod_usages(namespace, &selector) {
+        Ok(usages) => usages,
+        Err(error) => return Ok(Measurement::NoMetrics { current, error }),
+    };
+    Ok(match measure_pods(&target_ref.name, current, target, &pods, &usages) {
+        Ok(measured) => Measurement::Measured(measured),
+        Err(why) => Measurement::Skip(why),
+    })
 }
 
-/// The measurement of a deployment's pods against a utilization target.
-fn measure_pods(deployment: &str, current: i32, target: i32, pods: &[Pod]) -> std::result::Result<Measured, String> {
+/// Reports on the HPA that its metrics could not be read: the `ScalingActive`
+/// condition False with reason `FailedGetResourceMetric`, and a Warning Event,
+/// once per change of the message rather than every sync.
+fn metrics_failed(key: &str, hpa: &HorizontalPodAutoscaler, current: i32, error: &ReadError) -> Result<()> {
+    let message = format!(
+        "the HPA was unable to compute the replica count: failed to get cpu utilization: \
+         unable to get metrics for resource cpu: {}",
+        error.message()
+    );
+    let reported = hpa
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|condition| {
+            condition.type_ == "ScalingActive"
+                && condition.status == "False"
+                && condition.message.as_deref() == Some(message.as_str())
+        });
+    if reported {
+        return Ok(());
+    }
+    info!("hpa {key}: not scaling: {message}");
+    let hpas = Gvk::of::<HorizontalPodAutoscaler>();
+    let regarding = ObjectRef::from_key(&hpas, key);
+    if let Err(failed) = cluster::record_event(
+        &regarding,
+        EventType::Warning,
+        "FailedGetResourceMetric",
+        "GetResourceMetric",
+        &message,
+    ) {
+        info!("hpa {key}: event not recorded: {}", write_error(failed));
+    }
+    let status = ObjectRef::from_key(&hpas, key).subresource("status");
+    cluster::patch(&status, PatchType::Merge, &no_metrics_patch(hpa, current, &message)).map_err(write_error)?;
+    Ok(())
+}
+
+/// The HPA status when its metrics could not be read, as a merge patch: the
+/// replica count stays, the current metrics are unknown.
+fn no_metrics_patch(hpa: &HorizontalPodAutoscaler, current: i32, message: &str) -> serde_json::Value {
+    let now = now_rfc3339();
+    json!({"status": {
+        "observedGeneration": hpa.metadata.generation,
+        "currentReplicas": current,
+        "desiredReplicas": current,
+        "currentMetrics": null,
+        "conditions": [
+            {"type": "AbleToScale", "status": "True", "reason": "SucceededGetScale",
+             "message": "the HPA controller was able to get the target's current scale", "lastTransitionTime": now},
+            {"type": "ScalingActive", "status": "False", "reason": "FailedGetResourceMetric",
+             "message": message, "lastTransitionTime": now},
+        ],
+    }})
+}
+
+/// The measurement of a deployment's pods against a utilization target, with
+/// each pod's usage from `usages` by name.
+fn measure_pods(
+    deployment: &str,
+    current: i32,
+    target: i32,
+    pods: &[Pod],
+    usages: &BTreeMap<String, i64>,
+) -> std::result::Result<Measured, String> {
     let mut measured = Measured {
         deployment: deployment.to_owned(),
         current,
@@ -237,7 +331,7 @@ fn measure_pods(deployment: &str, current: i32, target: i32, pods: &[Pod]) -> st
         let Some(requests) = pod_cpu_requests(pod) else {
             continue;
         };
-        match (is_ready(pod), pod_usage(pod)) {
+        match (is_ready(pod), pod_usage(pod, usages)) {
             (true, Some(usage)) => {
                 measured.usage += usage;
                 measured.requests += requests;
@@ -356,18 +450,37 @@ kinformer_sdk::controller!(HpaController);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::usage::USAGE_ANNOTATION;
 
-    fn pod(ready: bool, usage: Option<i64>) -> Pod {
-        let mut value = json!({
-            "metadata": {"name": "p", "annotations": {}},
+    /// A pod with a 100m request and, when `usage` is set, that much CPU in
+    /// its metrics.
+    fn pod(ready: bool, usage: Option<i64>) -> (Pod, Option<i64>) {
+        let pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]},
             "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
-        });
-        if let Some(usage) = usage {
-            value["metadata"]["annotations"][USAGE_ANNOTATION] = json!(usage.to_string());
+        }))
+        .expect("a valid pod");
+        (pod, usage)
+    }
+
+    /// Measures pods named apart, with their usages as PodMetrics would give them.
+    fn measure_pods(
+        deployment: &str,
+        current: i32,
+        target: i32,
+        pods: &[(Pod, Option<i64>)],
+    ) -> std::result::Result<Measured, String> {
+        let mut named = Vec::new();
+        let mut usages = BTreeMap::new();
+        for (i, (pod, usage)) in pods.iter().enumerate() {
+            let mut pod = pod.clone();
+            pod.metadata.name = Some(format!("p{i}"));
+            if let Some(usage) = usage {
+                usages.insert(format!("p{i}"), *usage);
+            }
+            named.push(pod);
         }
-        serde_json::from_value(value).expect("a valid pod")
+        super::measure_pods(deployment, current, target, &named, &usages)
     }
 
     fn hpa(min: i32, max: i32) -> HorizontalPodAutoscaler {
@@ -379,7 +492,7 @@ mod tests {
         .expect("a valid hpa")
     }
 
-    fn recommend(current: i32, pods: &[Pod], min: i32, max: i32) -> i32 {
+    fn recommend(current: i32, pods: &[(Pod, Option<i64>)], min: i32, max: i32) -> i32 {
         measure_pods("web", current, 50, pods)
             .expect("measurable")
             .recommend(&hpa(min, max))
@@ -421,6 +534,23 @@ mod tests {
     #[test]
     fn without_ready_pods_with_metrics_there_is_nothing_to_do() {
         assert!(measure_pods("web", 2, 50, &[pod(false, None)]).is_err());
+    }
+
+    #[test]
+    fn a_status_without_metrics_keeps_the_replicas_and_says_why() {
+        let patch = no_metrics_patch(&hpa(1, 10), 3, "unable to get metrics");
+        let status = &patch["status"];
+        assert_eq!(status["desiredReplicas"], 3);
+        let active = &status["conditions"][1];
+        assert_eq!(
+            (&active["type"], &active["status"], &active["reason"]),
+            (
+                &json!("ScalingActive"),
+                &json!("False"),
+                &json!("FailedGetResourceMetric")
+            )
+        );
+        assert_eq!(active["message"], "unable to get metrics");
     }
 
     #[test]

@@ -22,6 +22,20 @@
 //! - `record=LABEL`: behaves, logging `LABEL TYPE KEY RV` for every delta
 //!   (`initial` appended for initial-list deltas), so tests can tell which
 //!   version handled what.
+//! - `fetch=URL`: GETs `URL` per delta, logging `fetch STATUS BYTES` or
+//!   `fetch error KIND: MESSAGE`.
+//! - `sequential=N@URL`: on its first delta, GETs `URL` `N` times one after
+//!   the other, logging `sequential ok=.. failed=.. ns=..` (the benchmark's
+//!   outbound row).
+//! - `flood=URL`: GETs `URL` 50 times per delta, logging how each ended
+//!   (`flood ok=.. throttled=.. other=..`).
+//! - `burst=N@URL`: starts `N` requests to `URL` at once per delta, then
+//!   waits for them all, logging how each ended (`burst ok=.. throttled=..`).
+//! - `env=NAME`: logs `env NAME=VALUE` (or `env NAME unset`) per delta.
+//! - `read=apiVersion/Kind`: lists the resource from the API server, uncached,
+//!   per delta, logging `read N items` or `read error KIND`.
+//!
+//! A config with a URL in it watches pods.
 
 use kinformer_sdk::cache::{self, CacheError};
 use kinformer_sdk::{Delta, Error, Gvk, Handler, Registration, Result, info};
@@ -34,7 +48,11 @@ struct Hostile {
 
 impl Handler for Hostile {
     fn init(config: &str) -> Result<(Self, Registration)> {
-        let (mode, resource) = config.split_once(':').unwrap_or((config, "v1/Pod"));
+        let (mode, resource) = if config.contains("://") {
+            (config, "v1/Pod")
+        } else {
+            config.split_once(':').unwrap_or((config, "v1/Pod"))
+        };
         let gvk = match resource.rsplit_once('/') {
             Some((api_version, kind)) => match api_version.split_once('/') {
                 Some((group, version)) => Gvk::new(group, version, kind),
@@ -88,6 +106,47 @@ impl Handler for Hostile {
                     delta.resource_version()
                 );
             }
+            fetch if fetch.starts_with("fetch=") => match kinformer_sdk::http::get(&fetch["fetch=".len()..]) {
+                Ok(response) => info!("fetch {} {}", response.status(), response.bytes().len()),
+                Err(error) => info!("fetch error {}: {}", error.kind(), error.message()),
+            },
+            flood if flood.starts_with("flood=") => {
+                let mut outcomes = std::collections::BTreeMap::<&str, u32>::new();
+                for _ in 0..50 {
+                    let outcome = match kinformer_sdk::http::get(&flood["flood=".len()..]) {
+                        Ok(_) => "ok",
+                        Err(error) => error.kind(),
+                    };
+                    *outcomes.entry(outcome).or_default() += 1;
+                }
+                info!("flood {outcomes:?}");
+            }
+            sequential if sequential.starts_with("sequential=") => {
+                static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                if !DONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    sequential_requests(&sequential["sequential=".len()..]);
+                }
+            }
+            burst if burst.starts_with("burst=") => burst_requests(&burst["burst=".len()..]),
+            env if env.starts_with("env=") => {
+                let name = &env["env=".len()..];
+                match std::env::var(name) {
+                    Ok(value) => info!("env {name}={value}"),
+                    Err(_) => info!("env {name} unset"),
+                }
+            }
+            read if read.starts_with("read=") => {
+                let resource = &read["read=".len()..];
+                let (api_version, kind) = resource.rsplit_once('/').unwrap_or(("v1", resource));
+                let gvk = match api_version.split_once('/') {
+                    Some((group, version)) => Gvk::new(group, version, kind),
+                    None => Gvk::new("", api_version, kind),
+                };
+                match kinformer_sdk::api::list(&gvk, None, None) {
+                    Ok(items) => info!("read {} items", items.len()),
+                    Err(error) => info!("read error {}", error.kind()),
+                }
+            }
             "print" => {
                 println!("printed {}", delta.key());
                 eprintln!("complained about {}", delta.key());
@@ -97,6 +156,59 @@ impl Handler for Hostile {
         Ok(())
     }
 }
+
+/// `N@URL`: `N` requests, one after the other, timed.
+fn sequential_requests(spec: &str) {
+    let (count, url) = spec.split_once('@').unwrap_or(("10", spec));
+    let count: usize = count.parse().unwrap_or(10);
+    let (mut ok, mut failed) = (0, 0);
+    let started = std::time::Instant::now();
+    for _ in 0..count {
+        match kinformer_sdk::http::get(url) {
+            Ok(response) if response.is_success() => ok += 1,
+            _ => failed += 1,
+        }
+    }
+    let ns = started.elapsed().as_nanos();
+    info!("sequential ok={ok} failed={failed} ns={ns}");
+}
+
+/// `N@URL`: `N` requests started at once, then awaited.
+#[cfg(target_arch = "wasm32")]
+fn burst_requests(spec: &str) {
+    use wasip2::http::types::{ErrorCode, Fields, OutgoingRequest, Scheme};
+    let (count, url) = spec.split_once('@').unwrap_or(("10", spec));
+    let count: usize = count.parse().unwrap_or(10);
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let mut pending = Vec::new();
+    let mut outcomes = std::collections::BTreeMap::<String, u32>::new();
+    for _ in 0..count {
+        let request = OutgoingRequest::new(Fields::new());
+        let _ = request.set_scheme(Some(&if scheme == "https" { Scheme::Https } else { Scheme::Http }));
+        let _ = request.set_authority(Some(authority));
+        let _ = request.set_path_with_query(Some(path));
+        match wasip2::http::outgoing_handler::handle(request, None) {
+            Ok(future) => pending.push(future),
+            Err(code) => *outcomes.entry(format!("{code:?}")).or_default() += 1,
+        }
+    }
+    for future in pending {
+        future.subscribe().block();
+        let outcome = match future.get() {
+            Some(Ok(Ok(_))) => "ok".to_owned(),
+            Some(Ok(Err(ErrorCode::ConnectionLimitReached))) => "throttled".to_owned(),
+            Some(Ok(Err(code))) => format!("{code:?}"),
+            _ => "gone".to_owned(),
+        };
+        *outcomes.entry(outcome).or_default() += 1;
+    }
+    info!("burst {outcomes:?}");
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn burst_requests(_spec: &str) {}
 
 fn spin() -> ! {
     let mut x: u64 = 0;
