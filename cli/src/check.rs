@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use kinformer::caches::Caches;
-use kinformer::grant::{Review, WriteMode, WriteRule};
+use kinformer::grant::{Review, Verb, WriteMode, WriteRule};
 use kinformer::indexer::indexer;
 use kinformer::manifest::Manifest;
+use kinformer::manifest::{EnvValue, EnvVar};
+use kinformer::outbound::HttpGrant;
 use kinformer::plugin::{PluginEngine, PluginOptions};
 use kinformer::registration::Registration;
 use kinformer::runtime::prepare;
@@ -39,6 +41,11 @@ pub struct Report {
     pub mode: WriteMode,
     /// The namespaces whose objects it sees; `None` for every namespace.
     pub namespaces: Option<Vec<String>>,
+    /// Where its HTTP requests may go.
+    pub http: HttpGrant,
+    /// Its environment: names and where their values come from (never the
+    /// values of Secrets and ConfigMaps, which `check` does not read).
+    pub env: Vec<EnvVar>,
 }
 
 /// Checks the plugin file `plugin`: its manifest, its component, its `init`
@@ -66,7 +73,18 @@ pub fn check_with(engine: &PluginEngine, plugin: &Path, config: Option<&str>) ->
     let started = std::time::Instant::now();
     let component = engine.load_file_bytes(plugin, &bytes)?;
     let compile = started.elapsed();
-    let options = PluginOptions::with_limits(manifest.limits).grant(manifest.grant.clone());
+    // No cluster is read: `init` gets the manifest's literal settings only.
+    let literals = manifest
+        .env
+        .iter()
+        .filter_map(|var| match &var.value {
+            EnvValue::Literal(value) => Some((var.name.clone(), value.clone())),
+            EnvValue::Secret(_) | EnvValue::ConfigMap(_) => None,
+        })
+        .collect();
+    let options = PluginOptions::with_limits(manifest.limits)
+        .grant(manifest.grant.clone())
+        .env(literals);
     let mut instance = component.instantiate(Caches::new(), options)?;
     let registration = instance
         .init(config)
@@ -94,6 +112,8 @@ pub fn check_with(engine: &PluginEngine, plugin: &Path, config: Option<&str>) ->
             .namespaces()
             .namespaces()
             .map(|names| names.iter().cloned().collect()),
+        http: manifest.grant.http().clone(),
+        env: manifest.env,
     })
 }
 
@@ -191,10 +211,38 @@ impl fmt::Display for Report {
         for refusal in &self.review.refused {
             writeln!(f, "  REFUSED {refusal}")?;
         }
-        for rule in &self.writes {
+        let (reads, writes): (Vec<&WriteRule>, Vec<&WriteRule>) = self
+            .writes
+            .iter()
+            .partition(|rule| rule.verbs().all(|verb| matches!(verb, Verb::Get | Verb::List)));
+        for rule in reads {
+            writeln!(f, "  read {rule} (uncached, from the API server)")?;
+        }
+        if self.http.is_empty() {
+            writeln!(f, "  makes no HTTP requests")?;
+        }
+        for entry in self.http.entries() {
+            writeln!(f, "  http to {entry}")?;
+        }
+        for var in &self.env {
+            match &var.value {
+                EnvValue::Literal(_) => writeln!(f, "  env {} (set in the manifest)", var.name)?,
+                EnvValue::Secret(key) => writeln!(
+                    f,
+                    "  env {} from key {} of Secret {}/{}",
+                    var.name, key.key, key.namespace, key.name
+                )?,
+                EnvValue::ConfigMap(key) => writeln!(
+                    f,
+                    "  env {} from key {} of ConfigMap {}/{}",
+                    var.name, key.key, key.namespace, key.name
+                )?,
+            }
+        }
+        for rule in &writes {
             writeln!(f, "  write {rule}")?;
         }
-        match (self.writes.is_empty(), self.mode) {
+        match (writes.is_empty(), self.mode) {
             (true, _) => writeln!(f, "  writes nothing"),
             (false, WriteMode::DryRun) => {
                 writeln!(f, "  writes in dry-run mode: sent with dryRun=All, nothing persisted")

@@ -12,7 +12,9 @@ use std::time::Duration;
 use apiserver_sim::workload::{Load, Workload};
 use apiserver_sim::{ApiServer, SimConfig};
 
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
+use kube::api::{ObjectMeta, PostParams};
 
 /// Why the demo could not run.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +70,7 @@ impl DemoConfig {
             workload: Workload::default()
                 .size(2, 2, 3)
                 .changes_per_second(10.0)
+                .crash_loops(true)
                 .load(Load::Phases {
                     period: Duration::from_secs(120),
                 }),
@@ -92,11 +95,26 @@ impl DemoConfig {
 }
 
 /// The operator's manifests of the example plugins that need one: what the
-/// demo grants them beyond the default (hpa-controller's writes).
-pub const EXAMPLE_MANIFESTS: &[(&str, &str)] = &[(
-    "hpa-controller.toml",
-    include_str!("../../plugins/hpa-controller/manifest.toml"),
-)];
+/// demo grants them beyond the default (the HPA plugins' metrics reads,
+/// hpa-controller's writes).
+pub const EXAMPLE_MANIFESTS: &[(&str, &str)] = &[
+    (
+        "hpa-advisor.toml",
+        include_str!("../../plugins/hpa-advisor/manifest.toml"),
+    ),
+    (
+        "hpa-controller.toml",
+        include_str!("../../plugins/hpa-controller/manifest.toml"),
+    ),
+    ("notifier.toml", NOTIFIER_MANIFEST),
+];
+
+/// notifier's manifest for a real cluster: Slack's webhooks, the URL in
+/// Secret `monitoring/slack`.
+const NOTIFIER_MANIFEST: &str = include_str!("../../plugins/notifier/manifest.toml");
+
+/// The line of [`NOTIFIER_MANIFEST`] the demo points at its own webhook.
+const NOTIFIER_ALLOW: &str = "allow = [\"https://hooks.slack.com/services/\"]";
 
 /// Writes the given plugin files into `dir` (created if missing), with the
 /// example manifests of those that have one.
@@ -155,16 +173,97 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginStatus>, Error> {
         config.kubeconfig.display()
     );
     let workload = server.start_workload(&config.workload).map_err(Error::Workload)?;
-    let client = kube::Client::try_from(server.client_config()).map_err(Error::Kube)?;
+    let cluster = server.client_config();
+    let mut runtime_config = config.runtime.clone().api_server(&cluster.cluster_url);
+    let client = kube::Client::try_from(cluster).map_err(Error::Kube)?;
 
-    let mut runtime_config = config.runtime.clone();
     if let Some(address) = config.status_addr {
         runtime_config = runtime_config.status_address(address);
     }
+    let webhook = match &config.runtime.plugins {
+        Some(dir) => webhook_for_notifier(dir, &client).await?,
+        None => None,
+    };
     let runtime = Runtime::start(client, runtime_config).await?;
     crate::serve(&runtime, config.duration).await;
     workload.abort();
     let status = runtime.shutdown().await;
+    if let Some(webhook) = webhook {
+        webhook.abort();
+    }
     server.shutdown();
     Ok(status)
+}
+
+/// When `dir` holds notifier with its example manifest: starts a webhook
+/// on loopback that prints what it is sent, lets notifier reach it (the
+/// manifest's allow-list names its address) and puts its URL in the Secret
+/// the manifest names, as an operator would.
+async fn webhook_for_notifier(dir: &Path, client: &kube::Client) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
+    let manifest_path = dir.join("notifier.toml");
+    if !dir.join("notifier.wasm").is_file()
+        || std::fs::read_to_string(&manifest_path).ok().as_deref() != Some(NOTIFIER_MANIFEST)
+    {
+        return Ok(None);
+    }
+    let io = |path: &str| {
+        let path = PathBuf::from(path);
+        move |source| Error::Io { path, source }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(io("127.0.0.1"))?;
+    let address = listener.local_addr().map_err(io("127.0.0.1"))?;
+    let app = axum::Router::new().fallback(axum::routing::post(|body: axum::body::Bytes| async move {
+        let text = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|message| message["text"].as_str().map(str::to_owned));
+        match text {
+            Some(text) => {
+                tracing::info!("webhook received: {text}");
+                axum::http::StatusCode::OK
+            }
+            None => axum::http::StatusCode::BAD_REQUEST,
+        }
+    }));
+    let served = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::warn!(%error, "the demo's webhook stopped");
+        }
+    });
+    let base = format!("http://{address}/services/");
+    std::fs::write(
+        &manifest_path,
+        NOTIFIER_MANIFEST.replace(NOTIFIER_ALLOW, &format!("allow = [\"{base}\"]")),
+    )
+    .map_err(|source| Error::Io {
+        path: manifest_path.clone(),
+        source,
+    })?;
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some("monitoring".into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("slack".into()),
+            namespace: Some("monitoring".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(std::collections::BTreeMap::from([(
+            "url".to_owned(),
+            k8s_openapi::ByteString(format!("{base}demo").into_bytes()),
+        )])),
+        ..Secret::default()
+    };
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), "monitoring");
+    let create = PostParams::default();
+    namespaces.create(&create, &namespace).await.map_err(Error::Kube)?;
+    secrets.create(&create, &secret).await.map_err(Error::Kube)?;
+    tracing::info!(url = %base, "notifier posts to the demo's webhook; it logs each message it receives");
+    Ok(Some(served))
 }

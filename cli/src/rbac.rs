@@ -74,9 +74,11 @@ pub fn permissions(dir: &Path, options: &RbacOptions) -> anyhow::Result<Permissi
     let mut permissions = Permissions::new();
     for (plugin, report) in plugins.iter().zip(reports) {
         let report = report?;
-        let grant = Manifest::for_plugin(plugin)?.grant.within(&scope);
+        let manifest = Manifest::for_plugin(plugin)?;
+        let grant = manifest.grant.within(&scope);
         let review = grant.review(&report.registration);
         permissions.add_plugin(&grant, &review, options.namespace.as_deref());
+        permissions.add_settings(&manifest.env);
     }
     if let Some(namespace) = &options.lease_namespace {
         permissions.add_leader_election(namespace);

@@ -8,6 +8,11 @@
 //! each resource's initial list (`"initial": true`, type `Added`), then the
 //! live deltas of every resource as they came.
 //!
+//! A resource the server lists but does not watch (the resource metrics API:
+//! metrics-server answers no watch) is listed at the start and again every
+//! [`POLL_INTERVAL`], each list turned into the deltas that lead from the last
+//! one to it, as client-go's `Replace` does.
+//!
 //! ```text
 //! {"type":"Added","initial":true,"apiVersion":"apps/v1","kind":"Deployment","object":{...}}
 //! {"type":"Updated","apiVersion":"v1","kind":"Pod","object":{...}}
@@ -139,6 +144,54 @@ pub fn read(recording: impl BufRead) -> anyhow::Result<Vec<Recorded>> {
     Ok(deltas)
 }
 
+/// How often a resource that cannot be watched is listed again: metrics-server's
+/// default resolution.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(15);
+
+/// A resource recorded by listing it again and again.
+struct Polled {
+    gvk: Arc<GroupVersionKind>,
+    api: kube::Api<kube::api::DynamicObject>,
+    /// The last list's objects, by namespace/name.
+    last: std::collections::BTreeMap<String, Arc<CachedObject>>,
+}
+
+impl Polled {
+    /// Lists the resource; returns the deltas from the last list to this one.
+    async fn poll(&mut self, initial: bool) -> anyhow::Result<Vec<Delta>> {
+        let list = self
+            .api
+            .list(&kube::api::ListParams::default())
+            .await
+            .with_context(|| format!("list {}", self.gvk.kind))?;
+        let mut now = std::collections::BTreeMap::new();
+        let mut deltas = Vec::new();
+        for item in list.items {
+            let mut value = serde_json::to_value(&item)?;
+            value["apiVersion"] = self.gvk.api_version().into();
+            value["kind"] = self.gvk.kind.clone().into();
+            let object = Arc::new(CachedObject::from_value(&value)?);
+            let key = match &item.metadata.namespace {
+                Some(namespace) => format!("{namespace}/{}", item.metadata.name.unwrap_or_default()),
+                None => item.metadata.name.unwrap_or_default(),
+            };
+            let delta_type = match self.last.remove(&key) {
+                None => Some(DeltaType::Added),
+                Some(last) => (last.json() != object.json()).then_some(DeltaType::Updated),
+            };
+            if let Some(delta_type) = delta_type {
+                let delta = Delta::new(delta_type, self.gvk.clone(), object.clone());
+                deltas.push(if initial { delta.in_initial_list() } else { delta });
+            }
+            now.insert(key, object);
+        }
+        for (_, gone) in std::mem::replace(&mut self.last, now) {
+            deltas.push(Delta::new(DeltaType::Deleted, self.gvk.clone(), gone));
+        }
+        Ok(deltas)
+    }
+}
+
 /// Records the initial state, then every delta of `resources` (in
 /// `namespace`, or all) into `out` until `stop` completes; returns how many
 /// deltas it wrote.
@@ -153,14 +206,37 @@ pub async fn record(
     out: &mut impl Write,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<u64> {
-    let factory = SharedInformerFactory::new(client);
+    let factory = SharedInformerFactory::new(client.clone());
     let mut informers = Vec::new();
+    let mut polled = Vec::new();
     for gvk in resources {
+        let (resource, capabilities) = kube::discovery::pinned_kind(&client, gvk)
+            .await
+            .with_context(|| format!("the server does not serve {}", gvk.api_version() + "/" + &gvk.kind))?;
+        if !capabilities.supports_operation(kube::discovery::verbs::WATCH) {
+            let api = match namespace {
+                Some(namespace) => kube::Api::namespaced_with(client.clone(), namespace, &resource),
+                None => kube::Api::all_with(client.clone(), &resource),
+            };
+            polled.push(Polled {
+                gvk: Arc::new(gvk.clone()),
+                api,
+                last: std::collections::BTreeMap::new(),
+            });
+            continue;
+        }
         let mut key = InformerKey::new(gvk.clone());
         if let Some(namespace) = namespace {
             key = key.namespace(namespace);
         }
         informers.push(factory.informer(key).await?);
+    }
+    let mut written = 0_u64;
+    for resource in &mut polled {
+        for delta in resource.poll(true).await? {
+            write_delta(&mut *out, &delta)?;
+            written += 1;
+        }
     }
     while !informers
         .iter()
@@ -173,7 +249,7 @@ pub async fn record(
         .iter()
         .map(|informer| informer.add_listener("record", &ListenerOptions::default()))
         .collect();
-    let mut written = 0_u64;
+    let mut polled_written = 0_u64;
     let mut drain = |out: &mut dyn Write| -> anyhow::Result<()> {
         for listener in &mut listeners {
             while let Some(batch) = listener.try_next_batch(1024) {
@@ -186,14 +262,27 @@ pub async fn record(
         Ok(())
     };
     let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + POLL_INTERVAL, POLL_INTERVAL);
     tokio::pin!(stop);
     loop {
         tokio::select! {
             () = &mut stop => break,
             _ = tick.tick() => drain(&mut *out)?,
+            _ = poll.tick(), if !polled.is_empty() => {
+                for resource in &mut polled {
+                    // A failed list (metrics-server down) is a gap, not the end.
+                    match resource.poll(false).await {
+                        Ok(deltas) => for delta in &deltas {
+                            write_delta(&mut *out, delta)?;
+                            polled_written += 1;
+                        },
+                        Err(error) => tracing::warn!("{error:#}; listing again in {}s", POLL_INTERVAL.as_secs()),
+                    }
+                }
+            }
         }
     }
     drain(&mut *out)?;
     out.flush()?;
-    Ok(written)
+    Ok(written + polled_written)
 }

@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use kinformer::grant::Verb;
-use kinformer::manifest::Manifest;
+use kinformer::manifest::{EnvValue, Manifest};
 use kinformer::plugin::{EngineOptions, PluginEngine};
 use kinformer_cli::rbac::RbacOptions;
 use serde::Deserialize as _;
 
-/// (namespace or `*` for the ClusterRole, apiGroup, resource, verb).
+/// (namespace or `*` for the ClusterRole, apiGroup, resource, verb); a rule
+/// for objects by name holds each as `resource#name`.
 type Permission = (String, String, String, String);
 
 fn deploy() -> PathBuf {
@@ -39,8 +40,18 @@ fn granted(documents: &[serde_yaml::Value]) -> BTreeSet<Permission> {
     let mut granted = BTreeSet::new();
     let mut add = |place: String, rules: Vec<PolicyRule>| {
         for rule in rules {
+            let resources: Vec<String> = rule
+                .resources
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(|resource| match &rule.resource_names {
+                    None => vec![resource],
+                    Some(names) => names.iter().map(|name| format!("{resource}#{name}")).collect(),
+                })
+                .collect();
             for group in rule.api_groups.unwrap_or_default() {
-                for resource in rule.resources.clone().unwrap_or_default() {
+                for resource in resources.clone() {
                     for verb in &rule.verbs {
                         granted.insert((place.clone(), group.clone(), resource.clone(), verb.clone()));
                     }
@@ -74,6 +85,8 @@ fn plural(kind: &str) -> String {
         "Event" => "events",
         "ConfigMap" => "configmaps",
         "ReplicaSet" => "replicasets",
+        // The resource metrics API names its kinds apart from its resources.
+        "PodMetrics" => "pods",
         other => panic!("no plural known for {other}: add it here"),
     }
     .to_owned()
@@ -82,7 +95,8 @@ fn plural(kind: &str) -> String {
 /// What the example plugins need, from their grants and registrations as
 /// `kinformer check` reports them: list and watch on each accepted
 /// subscription, each write verb (apply is RBAC's patch) on each written
-/// resource, and get, create and update on Leases.
+/// resource, get, list and watch on each Secret and ConfigMap named by
+/// `[env]`, and get, create and update on Leases.
 fn needed(dir: &Path, cache: &Path) -> BTreeSet<Permission> {
     let engine = PluginEngine::with_options(&EngineOptions {
         cache_dir: Some(cache.to_owned()),
@@ -113,6 +127,21 @@ fn needed(dir: &Path, cache: &Path) -> BTreeSet<Permission> {
                     let verb = if verb == Verb::Apply { "patch" } else { verb.as_str() };
                     needed.insert(("*".into(), group.into(), resource.clone(), verb.into()));
                 }
+            }
+        }
+        for var in &manifest.env {
+            let (resource, key) = match &var.value {
+                EnvValue::Literal(_) => continue,
+                EnvValue::Secret(key) => ("secrets", key),
+                EnvValue::ConfigMap(key) => ("configmaps", key),
+            };
+            for verb in ["get", "list", "watch"] {
+                needed.insert((
+                    key.namespace.clone(),
+                    String::new(),
+                    format!("{resource}#{}", key.name),
+                    verb.into(),
+                ));
             }
         }
     }
@@ -162,7 +191,15 @@ fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_
             (kind(binding), binding["roleRef"]["kind"].as_str().unwrap())
         })
         .collect();
-    assert_eq!(bound, [("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")]);
+    assert_eq!(
+        bound,
+        [
+            ("ClusterRoleBinding", "ClusterRole"),
+            ("RoleBinding", "Role"),
+            ("RoleBinding", "Role")
+        ],
+        "the Leases' namespace, and notifier's Secret's"
+    );
 
     // deploy/rbac.yaml is what `kinformer rbac` prints.
     let shipped = documents(&std::fs::read_to_string(deploy().join("rbac.yaml")).unwrap());

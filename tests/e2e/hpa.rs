@@ -1,16 +1,16 @@
 //! The HPA controller end to end: hpa-controller, granted exactly its writes,
-//! scales an emulated deployment under load and back after the stabilization
-//! window; without its write grant, or in dry-run mode, it changes nothing.
+//! scales an emulated deployment under load (read from the resource metrics
+//! API) and back after the stabilization window; without its write grant, in
+//! dry-run mode, or without metrics, it changes nothing.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::time::{Duration, Instant};
 
 use apiserver_sim::ApiServer;
-use apiserver_sim::store::{Filter, ListOptions, PatchType, ResourceId};
+use apiserver_sim::store::{Filter, ListOptions, ResourceId};
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_tests::runtime::{Logs, cluster, install, plugin_status};
-use serde_json::json;
 
 /// The manifest the demo ships, with a short sync period and window.
 fn granted_manifest() -> String {
@@ -48,21 +48,12 @@ fn pods(server: &ApiServer) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Sets every pod of `app-0` to use `millicores` of CPU (their request is 200m).
+/// Sets every pod of `app-0` to use `millicores` of CPU (their request is
+/// 200m), as the resource metrics API reports it.
 fn set_load(server: &ApiServer, millicores: u32) {
     for pod in pods(server) {
         let name = pod["metadata"]["name"].as_str().unwrap();
-        let patch =
-            json!({"metadata": {"annotations": {"metrics.kinformer.dev/cpu-millicores": millicores.to_string()}}});
-        // A pod may be gone since the list: the next round sets the others.
-        let _ = server.store().patch(
-            &ResourceId::new("", "v1", "pods"),
-            Some("ns-0"),
-            name,
-            PatchType::Merge,
-            patch,
-            false,
-        );
+        server.metrics().set_pod_cpu("ns-0", name, millicores);
     }
 }
 
@@ -207,5 +198,98 @@ async fn in_dry_run_mode_the_controller_changes_nothing_and_its_intents_are_reco
     .await;
     assert_eq!(replicas(&server), before, "a dry run changed the deployment");
     assert!(rescale_events(&server).is_empty(), "a dry run recorded an Event");
+    runtime.shutdown().await;
+}
+
+/// The HPA's `ScalingActive` condition.
+fn scaling_active(server: &ApiServer) -> serde_json::Value {
+    hpa_status(server)["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|condition| condition["type"] == "ScalingActive")
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn warnings(server: &ApiServer, reason: &str) -> Vec<serde_json::Value> {
+    server
+        .store()
+        .list(
+            &ResourceId::new("events.k8s.io", "v1", "events"),
+            &Filter::default(),
+            &ListOptions::default(),
+        )
+        .unwrap()
+        .items
+        .iter()
+        .map(|event| event.value.clone())
+        .filter(|event| event["reason"] == reason && event["type"] == "Warning")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_metrics_the_controller_says_so_in_the_hpa_and_scales_nothing() {
+    // metrics-server down: the metrics API answers 503.
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), "hpa", "hpa-controller.wasm", Some(&granted_manifest()));
+    let (server, client) = quiet().await;
+    set_load(&server, 240);
+    server.metrics().set_available(false);
+    let before = replicas(&server);
+    let runtime = Runtime::start(client.clone(), RuntimeConfig::new(dir.path()))
+        .await
+        .unwrap();
+    under_load(&server, 240, "ScalingActive False", || {
+        scaling_active(&server)["status"] == "False"
+    })
+    .await;
+    let condition = scaling_active(&server);
+    assert_eq!(condition["reason"], "FailedGetResourceMetric", "{condition:#}");
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("unable to get metrics for resource cpu"),
+        "{condition:#}"
+    );
+    assert_eq!(
+        warnings(&server, "FailedGetResourceMetric").len(),
+        1,
+        "one Event per failure, not per sync"
+    );
+    assert_eq!(replicas(&server).0, before.0, "scaled without metrics");
+    assert_eq!(hpa_status(&server)["desiredReplicas"], before.0);
+
+    // metrics-server back: the same controller scales.
+    server.metrics().set_available(true);
+    under_load(&server, 240, "a scale-up once metrics are back", || {
+        replicas(&server).0 >= 4
+    })
+    .await;
+    assert_eq!(scaling_active(&server)["status"], "True");
+    runtime.shutdown().await;
+
+    // Without the read grant, the metrics are denied by the host: the same report.
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = granted_manifest().replace(
+        "[[grant.read]]\nresources = [\"metrics.k8s.io/v1beta1/PodMetrics\"]\n",
+        "",
+    );
+    assert!(!manifest.contains("grant.read"));
+    install(dir.path(), "hpa", "hpa-controller.wasm", Some(&manifest));
+    let (server, client) = quiet().await;
+    let before = replicas(&server);
+    let runtime = Runtime::start(client, RuntimeConfig::new(dir.path())).await.unwrap();
+    under_load(&server, 240, "ScalingActive False without a read grant", || {
+        scaling_active(&server)["status"] == "False"
+    })
+    .await;
+    let message = scaling_active(&server)["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("not granted") || message.contains("grant"),
+        "{message}"
+    );
+    assert_eq!(replicas(&server).0, before.0);
     runtime.shutdown().await;
 }

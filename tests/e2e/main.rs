@@ -5,14 +5,17 @@
 mod controller;
 mod docs;
 mod guest_controllers;
+mod guest_http;
 mod guests;
 mod hpa;
 mod informers;
 mod metrics;
+mod outbound;
 mod plugins;
 mod reload;
 mod replay;
 mod runtime;
 mod scaffold;
+mod settings;
 mod tenants;
 mod writes;

@@ -3,10 +3,15 @@
 
 use std::sync::Arc;
 
+use std::path::Path;
+
 use kinformer::caches::Caches;
+use kinformer::cluster::{Cluster, Offline};
 use kinformer::delta::{Delta, DeltaType};
+use kinformer::grant::{Grant, WriteMode};
 use kinformer::indexer::indexer;
 use kinformer::limits::Limits;
+use kinformer::manifest::Manifest;
 use kinformer::object::CachedObject;
 use kinformer::plugin::{Error, PluginEngine, PluginOptions};
 use kinformer::runtime::PluginState;
@@ -14,14 +19,24 @@ use kinformer_tests::{engine, example, messages, object};
 use kube::api::GroupVersionKind;
 use serde_json::json;
 
-fn pod(name: &str, rv: &str, cpu_millicores: u32) -> Arc<CachedObject> {
+fn pod(name: &str, rv: &str) -> Arc<CachedObject> {
     object(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"), "resourceVersion": rv,
-                     "labels": {"app": "web"},
-                     "annotations": {"metrics.kinformer.dev/cpu-millicores": cpu_millicores.to_string()}},
+                     "labels": {"app": "web"}},
         "spec": {"containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "200m"}}}]},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+}
+
+/// The PodMetrics of pod `name` of app `app` in `shop`, as metrics-server
+/// answers it (usage in nanocores).
+fn pod_metrics(name: &str, app: &str, cpu_millicores: u64) -> Arc<CachedObject> {
+    object(json!({
+        "apiVersion": "metrics.k8s.io/v1beta1", "kind": "PodMetrics",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app": app}},
+        "timestamp": "2026-12-04T10:00:00Z", "window": "15s",
+        "containers": [{"name": "web", "usage": {"cpu": format!("{}n", cpu_millicores * 1_000_000), "memory": "10Mi"}}]
     }))
 }
 
@@ -44,7 +59,7 @@ fn delta_logger_logs_added_updated_and_deleted_deltas() {
     assert!(registration.subscriptions.iter().all(|s| s.deliver));
 
     let gvk = Arc::new(GroupVersionKind::gvk("", "v1", "Pod"));
-    let (v1, v2) = (pod("web-0", "10", 50), pod("web-0", "11", 60));
+    let (v1, v2) = (pod("web-0", "10"), pod("web-0", "11"));
     let batch = [
         Delta::new(DeltaType::Added, gvk.clone(), v1.clone()).in_initial_list(),
         Delta::updated(gvk.clone(), v1, v2.clone()),
@@ -88,25 +103,45 @@ fn hpa_advisor_queries_the_cache_for_the_target_pods() {
     let (pods, pod_writer) = indexer();
     caches.insert(GroupVersionKind::gvk("apps", "v1", "Deployment"), deployments);
     caches.insert(GroupVersionKind::gvk("", "v1", "Pod"), pods);
+    // And the resource metrics API, which the advisor reads uncached: here a
+    // cluster without a server answers reads from this cache.
+    let (metrics, metrics_writer) = indexer();
+    caches.insert(
+        GroupVersionKind::gvk("metrics.k8s.io", "v1beta1", "PodMetrics"),
+        metrics,
+    );
     deployment_writer.apply(object(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "1"},
         "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": {}}
     })));
     for (i, cpu) in [180, 190, 200].into_iter().enumerate() {
-        pod_writer.apply(pod(&format!("web-{i}"), "2", cpu));
+        pod_writer.apply(pod(&format!("web-{i}"), "2"));
+        metrics_writer.apply(pod_metrics(&format!("web-{i}"), "web", cpu));
     }
     // A busy pod of another app in the namespace must not count.
     pod_writer.apply(object(json!({
-        "metadata": {"name": "db-0", "namespace": "shop", "labels": {"app": "db"},
-                     "annotations": {"metrics.kinformer.dev/cpu-millicores": "5000"}},
+        "metadata": {"name": "db-0", "namespace": "shop", "labels": {"app": "db"}},
         "spec": {"containers": [{"name": "db", "resources": {"requests": {"cpu": "1"}}}]},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]}
     })));
+    metrics_writer.apply(pod_metrics("db-0", "db", 5000));
 
-    let mut instance = example("hpa-advisor")
-        .instantiate(caches, PluginOptions::default())
-        .unwrap();
+    // Granted as its manifest grants it: the metrics reads included.
+    let manifest = Manifest::parse(
+        Path::new("hpa-advisor.toml"),
+        include_str!("../../plugins/hpa-advisor/manifest.toml"),
+    )
+    .unwrap();
+    let writer = Cluster::offline(Offline::new(caches.clone(), 0)).writer(
+        "hpa-advisor",
+        manifest.grant.clone(),
+        &manifest.limits,
+        manifest.mode,
+        None,
+    );
+    let options = PluginOptions::default().grant(manifest.grant).writer(writer);
+    let mut instance = example("hpa-advisor").instantiate(caches, options).unwrap();
     let registration = instance.init("").unwrap();
     let delivered: Vec<_> = registration
         .subscriptions
@@ -138,8 +173,9 @@ fn hpa_advisor_queries_the_cache_for_the_target_pods() {
 
     // One pod goes and the load falls on the other two: the minimum holds.
     pod_writer.delete("shop/web-2");
-    pod_writer.apply(pod("web-0", "4", 10));
-    pod_writer.apply(pod("web-1", "4", 10));
+    metrics_writer.delete("shop/web-2");
+    metrics_writer.apply(pod_metrics("web-0", "web", 10));
+    metrics_writer.apply(pod_metrics("web-1", "web", 10));
     instance
         .handle(&[Delta::new(DeltaType::Sync, hpa_gvk.clone(), hpa.clone())])
         .unwrap();
@@ -152,6 +188,48 @@ fn hpa_advisor_queries_the_cache_for_the_target_pods() {
             "hpa shop/web: 2 ready pods of deployment web at 5% cpu (target 50%): would scale 3 -> 2",
             "hpa shop/web: deleted, nothing to scale",
         ]
+    );
+}
+
+#[test]
+fn hpa_advisor_without_a_metrics_grant_says_it_cannot_read_them() {
+    let caches = Caches::new();
+    let (deployments, deployment_writer) = indexer();
+    let (pods, pod_writer) = indexer();
+    caches.insert(GroupVersionKind::gvk("apps", "v1", "Deployment"), deployments);
+    caches.insert(GroupVersionKind::gvk("", "v1", "Pod"), pods);
+    deployment_writer.apply(object(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "1"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": {}}
+    })));
+    pod_writer.apply(pod("web-0", "2"));
+    let grant = Grant::default();
+    let writer = Cluster::offline(Offline::new(caches.clone(), 0)).writer(
+        "hpa-advisor",
+        grant.clone(),
+        &Limits::default(),
+        WriteMode::Live,
+        None,
+    );
+    let options = PluginOptions::default().grant(grant).writer(writer);
+    let mut instance = example("hpa-advisor").instantiate(caches, options).unwrap();
+    instance.init("").unwrap();
+    let hpa = object(json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "3"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "maxReplicas": 10,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                              "target": {"type": "Utilization", "averageUtilization": 50}}}]}
+    }));
+    let hpas = Arc::new(GroupVersionKind::gvk("autoscaling", "v2", "HorizontalPodAutoscaler"));
+    instance.handle(&[Delta::new(DeltaType::Added, hpas, hpa)]).unwrap();
+    let said = messages(&instance);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("hpa shop/web: unable to get cpu metrics of shop/web: read denied:"),
+        "{said:?}"
     );
 }
 
@@ -224,7 +302,7 @@ fn a_call_that_loops_after_the_engine_sat_idle_still_ends_at_its_deadline() {
         let delta = Delta::new(
             DeltaType::Added,
             Arc::new(GroupVersionKind::gvk("", "v1", "Pod")),
-            pod("web-1", "1", 100),
+            pod("web-1", "1"),
         );
         let _ = done.send(instance.handle(&[delta]));
     });

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use apiserver_sim::store::{PatchType, ResourceId};
+use apiserver_sim::store::ResourceId;
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_cli::recording::{self, parse_resource};
@@ -157,7 +157,7 @@ fn a_plugin_that_traps_on_replay_exits_non_zero() {
 
 /// Records the initial state of a quiet emulated cluster whose one deployment
 /// (`ns-0/app-0`, 2 pods, an HPA targeting 60% cpu) runs at 120% of its
-/// pods' cpu requests.
+/// pods' cpu requests, as their PodMetrics say.
 async fn loaded_cluster_recording() -> (apiserver_sim::ApiServer, Vec<u8>) {
     let workload = Workload::default().seed(7).size(1, 1, 2).changes_per_second(0.0);
     let (server, churn, client) = cluster(&workload).await;
@@ -166,21 +166,18 @@ async fn loaded_cluster_recording() -> (apiserver_sim::ApiServer, Vec<u8>) {
     let (running, _) = server.store().snapshot(&pods, &Default::default()).unwrap();
     assert_eq!(running.len(), 2);
     for pod in running {
-        let load = json!({"metadata": {"annotations": {"metrics.kinformer.dev/cpu-millicores": "240"}}});
         server
-            .store()
-            .patch(
-                &pods,
-                pod.namespace.as_deref(),
-                &pod.name,
-                PatchType::Merge,
-                load,
-                false,
-            )
-            .unwrap();
+            .metrics()
+            .set_pod_cpu(pod.namespace.as_deref().unwrap(), &pod.name, 240);
     }
-    let resources =
-        ["autoscaling/v2/HorizontalPodAutoscaler", "apps/v1/Deployment", "v1/Pod"].map(|r| parse_resource(r).unwrap());
+    // PodMetrics cannot be watched: the recorder lists them.
+    let resources = [
+        "autoscaling/v2/HorizontalPodAutoscaler",
+        "apps/v1/Deployment",
+        "v1/Pod",
+        "metrics.k8s.io/v1beta1/PodMetrics",
+    ]
+    .map(|r| parse_resource(r).unwrap());
     let mut out = Vec::new();
     let stop = tokio::time::sleep(Duration::from_millis(500));
     tokio::time::timeout(

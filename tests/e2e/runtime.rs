@@ -37,8 +37,13 @@ async fn every_plugin_records_exactly_what_the_server_did() {
         "delta-logger.wasm",
         Some(&recorder("autoscaling/v2/HorizontalPodAutoscaler")),
     );
-    // Watches HPAs and reads pods by label selector from the cache.
-    install(dir.path(), "hpa-advisor", "hpa-advisor.wasm", Some(RECORDER));
+    // Watches HPAs, reads pods by label selector from the cache and their
+    // usage from the metrics API, under its own manifest's grant.
+    let advisor_manifest = format!(
+        "{}\n{RECORDER}",
+        include_str!("../../plugins/hpa-advisor/manifest.toml")
+    );
+    install(dir.path(), "hpa-advisor", "hpa-advisor.wasm", Some(&advisor_manifest));
     let workload = Workload::default().seed(7).size(3, 2, 3).changes_per_second(300.0);
     let (server, churn, client) = cluster(&workload).await;
     let logs = Logs::default();

@@ -3,6 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 pub mod guest;
+pub mod http;
 pub mod runtime;
 
 use kinformer::object::CachedObject;

@@ -5,6 +5,7 @@ mod compile;
 mod controller;
 mod isolation;
 mod languages;
+mod outbound;
 mod query;
 mod reload;
 mod sync;
@@ -26,6 +27,8 @@ pub(crate) struct Sizes {
     fanout_pods: usize,
     /// Instances of each language's no-op plugin whose memory row 12 divides.
     language_instances: usize,
+    /// GETs of row 13.
+    http_requests: usize,
 }
 
 impl Sizes {
@@ -43,6 +46,7 @@ impl Sizes {
                 write_patches: 50,
                 fanout_pods: 200,
                 language_instances: 2,
+                http_requests: 50,
             }
         } else {
             Self {
@@ -56,9 +60,31 @@ impl Sizes {
                 write_patches: 5000,
                 fanout_pods: 150_000,
                 language_instances: 8,
+                http_requests: 2000,
             }
         }
     }
+}
+
+/// What plugin `name` logged when its timed work was done, in its line
+/// starting `prefix` with `failed=N ns=T`: `(failed, ns)`; an error once the
+/// plugin failed.
+fn done_line(runtime: &kinformer::runtime::Runtime, name: &str, prefix: &str) -> anyhow::Result<Option<(u64, f64)>> {
+    use anyhow::Context as _;
+    let statuses = runtime.status();
+    let status = statuses
+        .iter()
+        .find(|status| status.name == name)
+        .with_context(|| format!("the runtime has no plugin {name}"))?;
+    if status.errors > 0 || status.traps > 0 || status.load_error.is_some() {
+        anyhow::bail!("plugin {name} failed: {:?} {:?}", status.load_error, status.last_error);
+    }
+    let Some(line) = status.recent_logs.iter().find(|line| line.message.starts_with(prefix)) else {
+        return Ok(None);
+    };
+    let field =
+        |field: &str| logged_number(&line.message, field).with_context(|| format!("no {field} in {:?}", line.message));
+    Ok(Some((field("failed")? as u64, field("ns")?)))
 }
 
 /// The number a plugin logged as `NAME=NUMBER` among the words of `line`.
@@ -116,6 +142,9 @@ pub(crate) async fn run(
     if wanted(12) {
         languages::rows(&mut table, sizes, repeat).await?;
     }
+    if wanted(13) {
+        outbound::row(&mut table, sizes, repeat).await?;
+    }
     Ok(table)
 }
 
@@ -145,6 +174,7 @@ mod tests {
             write_patches: 20,
             fanout_pods: 0,
             language_instances: 0,
+            http_requests: 0,
         };
         // Each side consumes the same stream in this process (the benchmark
         // runs them in child processes, which a test binary cannot be).

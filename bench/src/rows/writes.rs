@@ -4,13 +4,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kinformer::runtime::Runtime;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::cluster::quiet_cluster;
 use crate::consumers::kinformer_consumer;
-use crate::rows::{Sizes, logged_number};
+use crate::rows::{Sizes, done_line};
 use crate::table::{Samples, Table, Unit};
 
 /// The writer plugin's name (its file stem), as its status shows it.
@@ -32,28 +31,6 @@ fn manifest(patches: usize) -> String {
     )
 }
 
-/// What the writer plugin logged when its patches were done: `(failed, ns)`.
-fn bench_line(runtime: &Runtime) -> anyhow::Result<Option<(u64, f64)>> {
-    let statuses = runtime.status();
-    let status = statuses
-        .iter()
-        .find(|status| status.name == PLUGIN)
-        .context("the runtime has no writer plugin")?;
-    if status.errors > 0 || status.traps > 0 {
-        bail!("the writer plugin failed: {:?}", status.last_error);
-    }
-    let Some(line) = status
-        .recent_logs
-        .iter()
-        .find(|line| line.message.starts_with("bench "))
-    else {
-        return Ok(None);
-    };
-    let field =
-        |name: &str| logged_number(&line.message, name).with_context(|| format!("no {name} in {:?}", line.message));
-    Ok(Some((field("failed")? as u64, field("ns")?)))
-}
-
 /// kinformer: the writer plugin creates its ConfigMap, then patches it
 /// `patches` times, timing the patches itself (WASI's monotonic clock).
 async fn kinformer_patches(patches: usize) -> anyhow::Result<f64> {
@@ -66,7 +43,7 @@ async fn kinformer_patches(patches: usize) -> anyhow::Result<f64> {
     let deadline = Instant::now() + STUCK;
     // Polled slowly: this process's CPU is the writes' as well.
     let (failed, nanos) = loop {
-        if let Some(done) = bench_line(runtime)? {
+        if let Some(done) = done_line(runtime, PLUGIN, "bench ")? {
             break done;
         }
         if Instant::now() > deadline {

@@ -85,7 +85,12 @@ impl CacheArgs {
 /// A client of the cluster `kubeconfig` names, or the one the environment
 /// configures.
 pub(crate) async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+    Ok(kube::Client::try_from(cluster(kubeconfig).await?)?)
+}
+
+/// The cluster's configuration: from `kubeconfig`, or as kubectl finds it.
+pub(crate) async fn cluster(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
         Some(path) => {
             let file =
                 kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
@@ -94,8 +99,7 @@ pub(crate) async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Cl
         None => kube::Config::infer()
             .await
             .context("no cluster configured: pass --kubeconfig or set KUBECONFIG")?,
-    };
-    Ok(kube::Client::try_from(config)?)
+    })
 }
 
 /// A duration as Kubernetes flags write them: `15s`, `500ms`, `1m`.
@@ -139,6 +143,10 @@ pub(crate) struct WorkloadArgs {
     /// hpa-controller scales it up and down; 0 draws pod usage at random.
     #[arg(long, default_value_t = 120)]
     load_period: u64,
+    /// About one change in a hundred makes a pod crash-loop (with the
+    /// kubelet's Warning Event) until it is replaced; `false` never does.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    crash_loops: bool,
 }
 
 #[cfg(feature = "emulation")]
@@ -149,6 +157,7 @@ impl WorkloadArgs {
             .seed(self.seed)
             .size(self.namespaces, self.deployments, self.pods)
             .changes_per_second(self.rate)
+            .crash_loops(self.crash_loops)
             .load(match self.load_period {
                 0 => Load::Random,
                 seconds => Load::Phases {

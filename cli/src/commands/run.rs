@@ -6,7 +6,7 @@ use std::time::Duration;
 use kinformer::leader::LeaderElectionConfig;
 use kinformer::{PluginState, Runtime, RuntimeConfig};
 
-use super::{EngineArgs, client, duration};
+use super::{EngineArgs, cluster, duration};
 
 /// Run the plugins of a directory against a Kubernetes cluster.
 ///
@@ -36,8 +36,14 @@ pub(crate) struct Run {
 impl Run {
     pub(crate) fn run(self) -> anyhow::Result<u8> {
         super::tokio()?.block_on(async {
-            let client = client(self.kubeconfig.as_deref()).await?;
-            let mut config = self.engine.apply(RuntimeConfig::new(self.plugins)).instance(instance());
+            let cluster = cluster(self.kubeconfig.as_deref()).await?;
+            // Plugins' HTTP never reaches the API server, whatever their grant.
+            let mut config = self
+                .engine
+                .apply(RuntimeConfig::new(self.plugins))
+                .instance(instance())
+                .api_server(&cluster.cluster_url);
+            let client = kube::Client::try_from(cluster)?;
             if let Some(election) = self.election.config(self.namespace.as_deref()) {
                 config = config.leader_election(election);
             }

@@ -99,6 +99,19 @@ impl SdkSource {
 const WIT: &str = include_str!("../../../wit/kinformer.wit");
 const PYTHON_SDK: &str = include_str!("../../../guest-sdk/python/kinformer/__init__.py");
 const PYTHON_CLUSTER: &str = include_str!("../../../guest-sdk/python/kinformer/cluster.py");
+const PYTHON_HTTP: &str = include_str!("../../../guest-sdk/python/kinformer/http.py");
+/// The WIT of `wasi:http/outgoing-handler` and the WASI packages it uses,
+/// which the Python build imports for `kinformer.http` and the JavaScript
+/// build for `process.env`.
+const WASI_WIT: [(&str, &str); 7] = [
+    ("cli.wit", include_str!("../../../guest-sdk/wasi/cli.wit")),
+    ("clocks.wit", include_str!("../../../guest-sdk/wasi/clocks.wit")),
+    ("filesystem.wit", include_str!("../../../guest-sdk/wasi/filesystem.wit")),
+    ("http.wit", include_str!("../../../guest-sdk/wasi/http.wit")),
+    ("io.wit", include_str!("../../../guest-sdk/wasi/io.wit")),
+    ("random.wit", include_str!("../../../guest-sdk/wasi/random.wit")),
+    ("sockets.wit", include_str!("../../../guest-sdk/wasi/sockets.wit")),
+];
 const PYTHON_BUILD: &str = include_str!("../../../guest-sdk/python/build");
 const JS_SDK: &str = include_str!("../../../guest-sdk/js/kinformer.js");
 const JS_BUILD: &str = include_str!("../../../guest-sdk/js/build");
@@ -162,6 +175,10 @@ pub fn new_plugin(
             files.push(("sdk/build".into(), PYTHON_BUILD.into(), true));
             files.push(("sdk/kinformer/__init__.py".into(), PYTHON_SDK.into(), false));
             files.push(("sdk/kinformer/cluster.py".into(), PYTHON_CLUSTER.into(), false));
+            files.push(("sdk/kinformer/http.py".into(), PYTHON_HTTP.into(), false));
+            for (file, text) in WASI_WIT {
+                files.push((format!("sdk/wasi/{file}"), text.into(), false));
+            }
         }
         Language::JavaScript => {
             let app = source(include_str!("js/app.js"), include_str!("js/controller.js"));
@@ -171,6 +188,9 @@ pub fn new_plugin(
             files.push(("sdk/kinformer.js".into(), JS_SDK.into(), false));
             files.push(("sdk/package.json".into(), JS_PACKAGE.into(), false));
             files.push(("sdk/package-lock.json".into(), JS_LOCK.into(), false));
+            for (file, text) in WASI_WIT {
+                files.push((format!("sdk/wasi/{file}"), text.into(), false));
+            }
         }
     }
     let mut written = Vec::new();

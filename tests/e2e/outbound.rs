@@ -1,0 +1,328 @@
+//! Outbound HTTP as a tenant would try it: a plugin reaches exactly what its
+//! allow-list names, never loopback, cloud metadata or the API server under
+//! another name, and a slow, endless or flooded server costs it only its own
+//! requests.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use apiserver_sim::workload::Workload;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kinformer::runtime::{Runtime, RuntimeConfig};
+use kinformer_tests::http::serve;
+use kinformer_tests::runtime::{Logs, cluster, install, plugin_status, until};
+
+/// A manifest fetching `url` per delta, with these extra lines.
+fn fetcher(mode: &str, url: &str, extra: &str) -> String {
+    format!("config = \"{mode}={url}\"\n{extra}\n")
+}
+
+/// The first line of `plugin` that starts with `prefix`, once there is one.
+async fn first_line(logs: &Logs, plugin: &str, prefix: &str) -> String {
+    until(&format!("{plugin} to log {prefix:?}"), Duration::from_secs(30), || {
+        logs.of(plugin).iter().any(|line| line.starts_with(prefix))
+    })
+    .await;
+    logs.of(plugin)
+        .into_iter()
+        .find(|line| line.starts_with(prefix))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_reaches_what_its_allow_list_names_and_nothing_else() {
+    let (web, received) = serve().await;
+    let port = web.port();
+    let (server, churn, client) = cluster(&Workload::default().seed(3).size(1, 1, 2)).await;
+    let api = server.address();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let listed = format!("[grant.http]\nallow = [\"http://127.0.0.1:{port}\"]");
+    let plugins = [
+        (
+            "ungranted",
+            fetcher("fetch", &format!("http://127.0.0.1:{port}/ok?ungranted"), ""),
+        ),
+        (
+            "granted",
+            fetcher("fetch", &format!("http://127.0.0.1:{port}/ok?granted"), &listed),
+        ),
+        (
+            "other-host",
+            fetcher(
+                "fetch",
+                &format!("http://127.0.0.1:{port}/ok?other-host"),
+                "[grant.http]\nallow = [\"https://hooks.slack.com/services/\"]",
+            ),
+        ),
+        (
+            "by-name",
+            fetcher(
+                "fetch",
+                &format!("http://localhost:{port}/ok?by-name"),
+                &format!("[grant.http]\nallow = [\"http://localhost:{port}\"]"),
+            ),
+        ),
+        (
+            "decimal",
+            fetcher(
+                "fetch",
+                &format!("http://2130706433:{port}/ok?decimal"),
+                &format!("[grant.http]\nallow = [\"http://*:{port}\"]"),
+            ),
+        ),
+        (
+            "mapped",
+            fetcher(
+                "fetch",
+                &format!("http://[::ffff:7f00:1]:{port}/ok?mapped"),
+                &format!("[grant.http]\nallow = [\"http://*:{port}\"]"),
+            ),
+        ),
+        (
+            "metadata",
+            fetcher(
+                "fetch",
+                "http://0xa9fea9fe/latest/meta-data/",
+                "[grant.http]\nallow = [\"http://*\"]",
+            ),
+        ),
+        (
+            "api-server",
+            fetcher(
+                "fetch",
+                &format!("http://127.0.0.1:{}/api?api-server", api.port()),
+                &format!("[grant.http]\nallow = [\"http://127.0.0.1:{}\"]", api.port()),
+            ),
+        ),
+        (
+            "redirect",
+            fetcher("fetch", &format!("http://127.0.0.1:{port}/redirect"), &listed),
+        ),
+        (
+            "hang",
+            fetcher(
+                "fetch",
+                &format!("http://127.0.0.1:{port}/hang"),
+                &format!("{listed}\n[limits]\ncall-timeout-ms = 2000\nhttp-timeout-ms = 300"),
+            ),
+        ),
+        (
+            "endless",
+            fetcher(
+                "fetch",
+                &format!("http://127.0.0.1:{port}/endless"),
+                &format!("{listed}\n[limits]\ncall-timeout-ms = 5000\nhttp-response-bytes = 65536"),
+            ),
+        ),
+    ];
+    for (name, manifest) in &plugins {
+        install(d, name, "hostile.wasm", Some(manifest));
+    }
+    install(d, "neighbour", "hostile.wasm", Some("config = \"record=n\"\n"));
+    let logs = Logs::default();
+    let uri: kinformer::http::Uri = server.url().parse().unwrap();
+    let config = RuntimeConfig::new(d).log_sink(logs.sink()).api_server(&uri);
+    let runtime = Runtime::start(client, config).await.unwrap();
+
+    assert_eq!(first_line(&logs, "granted", "fetch").await, "fetch 200 5");
+    for refused in [
+        "ungranted",
+        "other-host",
+        "by-name",
+        "decimal",
+        "mapped",
+        "metadata",
+        "api-server",
+    ] {
+        let line = first_line(&logs, refused, "fetch").await;
+        assert!(line.starts_with("fetch error denied"), "{refused}: {line}");
+    }
+    // A redirect is a response: the guest sees it and is not taken along.
+    assert_eq!(first_line(&logs, "redirect", "fetch").await, "fetch 302 0");
+    let hang = first_line(&logs, "hang", "fetch").await;
+    assert!(hang.starts_with("fetch error timeout"), "{hang}");
+    let endless = first_line(&logs, "endless", "fetch").await;
+    assert!(endless.starts_with("fetch error too-large"), "{endless}");
+
+    // Nothing refused reached the server; what was let through did.
+    assert!(received.count("?granted") >= 1, "{:?}", received.lines());
+    for refused in ["?ungranted", "?other-host", "?by-name", "?decimal", "?mapped"] {
+        assert_eq!(
+            received.count(refused),
+            0,
+            "{refused} reached the server: {:?}",
+            received.lines()
+        );
+    }
+    assert!(received.count("/hang") >= 1 && received.count("/endless") >= 1);
+
+    // Each plugin's requests are counted by origin and outcome.
+    let granted = plugin_status(&runtime, "granted");
+    let origin = format!("http://127.0.0.1:{port}");
+    assert!(granted.http_requests >= 1 && granted.http_errors == 0, "{granted:?}");
+    assert!(
+        granted.http_by.contains_key(&(origin.clone(), "ok")),
+        "{:?}",
+        granted.http_by
+    );
+    let ungranted = plugin_status(&runtime, "ungranted");
+    assert!(ungranted.http_requests == 0 && ungranted.http_errors >= 1);
+    assert!(ungranted.http_by.contains_key(&(origin.clone(), "denied")));
+    assert!(
+        plugin_status(&runtime, "hang")
+            .http_by
+            .contains_key(&(origin.clone(), "timeout"))
+    );
+    assert!(
+        plugin_status(&runtime, "endless")
+            .http_by
+            .contains_key(&(origin, "too-large"))
+    );
+    // And every plugin kept running; the neighbour saw its deltas.
+    for (name, _) in &plugins {
+        let status = plugin_status(&runtime, name);
+        assert_eq!(status.traps, 0, "{name} trapped: {status:?}");
+    }
+    assert!(!logs.of("neighbour").is_empty());
+    runtime.shutdown().await;
+    churn.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_is_throttled_and_a_burst_capped_while_a_neighbour_handles_every_delta() {
+    let (web, received) = serve().await;
+    let port = web.port();
+    let (_server, churn, client) = cluster(&Workload::default().seed(4).size(1, 1, 2)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let listed = format!("[grant.http]\nallow = [\"http://127.0.0.1:{port}\"]");
+    install(
+        d,
+        "flood",
+        "hostile.wasm",
+        Some(&fetcher(
+            "flood",
+            &format!("http://127.0.0.1:{port}/ok?flood"),
+            &format!("{listed}\n[limits]\ncall-timeout-ms = 10000\nhttp-requests-per-second = 5\nhttp-burst = 10"),
+        )),
+    );
+    install(
+        d,
+        "burst",
+        "hostile.wasm",
+        Some(&fetcher(
+            "burst",
+            &format!("1000@http://127.0.0.1:{port}/ok?burst"),
+            &format!(
+                "{listed}\n[limits]\ncall-timeout-ms = 20000\nhttp-requests-per-second = 10000\nhttp-burst = 100000\nhttp-concurrent = 8"
+            ),
+        )),
+    );
+    install(d, "neighbour", "hostile.wasm", Some("config = \"record=n\"\n"));
+    let logs = Logs::default();
+    let runtime = Runtime::start(client, RuntimeConfig::new(d).log_sink(logs.sink()))
+        .await
+        .unwrap();
+
+    // The bucket lets its burst through, then refuses at once.
+    let flood = first_line(&logs, "flood", "flood").await;
+    assert!(flood.contains("\"throttled\": "), "{flood}");
+    let ok: u32 = flood
+        .split("\"ok\": ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!((10..=15).contains(&ok), "a burst of 10 at 5 per second: {flood}");
+    // A thousand requests at once: eight in flight, the rest refused.
+    let burst = first_line(&logs, "burst", "burst").await;
+    assert!(
+        burst.contains("\"ok\": 8") && burst.contains("\"throttled\": 992"),
+        "{burst}"
+    );
+    assert!(received.count("?burst") >= 8);
+    // The neighbour went on handling deltas all along.
+    until("the neighbour's deltas", Duration::from_secs(10), || {
+        logs.of("neighbour").len() >= 2
+    })
+    .await;
+    runtime.shutdown().await;
+    churn.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_notifier_posts_each_crash_loop_once_to_the_webhook_its_secret_names() {
+    let (web, received) = serve().await;
+    let workload = Workload::default()
+        .seed(7)
+        .size(1, 2, 3)
+        .changes_per_second(100.0)
+        .crash_loops(true);
+    let (_server, churn, client) = cluster(&workload).await;
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), "ns-0");
+    let url = format!("http://127.0.0.1:{}/services/T0/B0/x", web.port());
+    secrets
+        .create(
+            &kube::api::PostParams::default(),
+            &Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("slack".into()),
+                    ..kube::api::ObjectMeta::default()
+                },
+                data: Some(BTreeMap::from([("url".to_owned(), ByteString(url.into_bytes()))])),
+                ..Secret::default()
+            },
+        )
+        .await
+        .unwrap();
+    // The example's manifest, pointed at the local webhook and Secret.
+    let manifest = include_str!("../../plugins/notifier/manifest.toml")
+        .replace(
+            "https://hooks.slack.com/services/",
+            &format!("http://127.0.0.1:{}/services/", web.port()),
+        )
+        .replace("monitoring/slack", "ns-0/slack");
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), "notifier", "notifier.wasm", Some(&manifest));
+    let logs = Logs::default();
+    let runtime = Runtime::start(client, RuntimeConfig::new(dir.path()).log_sink(logs.sink()))
+        .await
+        .unwrap();
+
+    until("three notifications", Duration::from_secs(60), || {
+        received.count("POST /services/T0/B0/x") >= 3
+    })
+    .await;
+    let texts: Vec<String> = received
+        .bodies("/services/")
+        .iter()
+        .map(|body| {
+            serde_json::from_str::<serde_json::Value>(body).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let pods: Vec<&str> = texts
+        .iter()
+        .map(|text| {
+            assert!(text.contains(" is crash-looping: container app restarted "), "{text}");
+            text.split(' ').nth(2).unwrap()
+        })
+        .collect();
+    let distinct: std::collections::BTreeSet<_> = pods.iter().collect();
+    assert_eq!(distinct.len(), pods.len(), "a pod reported twice: {pods:?}");
+    let notified = logs
+        .of("notifier")
+        .iter()
+        .filter(|line| line.starts_with("notified: "))
+        .count();
+    assert!(notified >= 3, "{:?}", logs.of("notifier"));
+    let status = plugin_status(&runtime, "notifier");
+    assert_eq!((status.http_errors, status.traps), (0, 0), "{:?}", status.http_by);
+    runtime.shutdown().await;
+    churn.abort();
+}

@@ -1,0 +1,109 @@
+//! A small HTTP server for the outbound tests: it answers by path, and keeps
+//! the request line (and body) of every request it got, so a test can tell
+//! what reached it and what was refused before a connection.
+//!
+//! - `/redirect` answers `302` to the cloud metadata address;
+//! - `/hang` reads the request and never answers;
+//! - `/endless` answers `200` and streams a body that never ends;
+//! - anything else answers `200 hello`.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the server got: each request's line and body, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Received(Arc<Mutex<Vec<(String, String)>>>);
+
+impl Received {
+    /// The request lines (`GET /path HTTP/1.1`).
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().iter().map(|(line, _)| line.clone()).collect()
+    }
+
+    /// The bodies of the requests whose line contains `part`.
+    pub fn bodies(&self, part: &str) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(line, _)| line.contains(part))
+            .map(|(_, body)| body.clone())
+            .collect()
+    }
+
+    /// How many requests' lines contain `part`.
+    pub fn count(&self, part: &str) -> usize {
+        self.lines().iter().filter(|line| line.contains(part)).count()
+    }
+}
+
+/// Starts the server on a free loopback port.
+pub async fn serve() -> (SocketAddr, Received) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let received = Received::default();
+    let kept = received.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(answer(stream, kept.clone()));
+        }
+    });
+    (address, received)
+}
+
+async fn answer(mut stream: TcpStream, received: Received) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(end) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
+            break end + 4;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    while buffer.len() < head_end + length {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let line = head.lines().next().unwrap_or_default().to_owned();
+    let body = String::from_utf8_lossy(&buffer[head_end..]).to_string();
+    received.0.lock().unwrap().push((line.clone(), body));
+    let path = line.split(' ').nth(1).unwrap_or("/");
+    if path.starts_with("/hang") {
+        // Hold the connection open, answering nothing.
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+    } else if path.starts_with("/redirect") {
+        let _ = stream
+            .write_all(b"HTTP/1.1 302 Found\r\nlocation: http://169.254.169.254/latest/meta-data/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await;
+    } else if path.starts_with("/endless") {
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+            .await;
+        let piece = format!("{:x}\r\n{}\r\n", 4096, "x".repeat(4096));
+        while stream.write_all(piece.as_bytes()).await.is_ok() {}
+    } else {
+        let _ = stream
+            .write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello",
+            )
+            .await;
+    }
+}
