@@ -162,7 +162,14 @@ async fn a_plugin_reaches_what_its_allow_list_names_and_nothing_else() {
     // Each plugin's requests are counted by origin and outcome.
     let granted = plugin_status(&runtime, "granted");
     let origin = format!("http://127.0.0.1:{port}");
-    assert!(granted.http_requests >= 1 && granted.http_errors == 0, "{granted:?}");
+    // It fetches once per batch: under a burst of deltas its own rate may
+    // throttle it, but the allow-list never refuses it.
+    assert!(granted.http_requests >= 1, "{:?}", granted.http_by);
+    assert!(
+        granted.http_by.keys().all(|(_, outcome)| matches!(*outcome, "ok" | "throttled")),
+        "{:?}",
+        granted.http_by
+    );
     assert!(
         granted.http_by.contains_key(&(origin.clone(), "ok")),
         "{:?}",
