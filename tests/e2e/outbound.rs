@@ -166,7 +166,10 @@ async fn a_plugin_reaches_what_its_allow_list_names_and_nothing_else() {
     // throttle it, but the allow-list never refuses it.
     assert!(granted.http_requests >= 1, "{:?}", granted.http_by);
     assert!(
-        granted.http_by.keys().all(|(_, outcome)| matches!(*outcome, "ok" | "throttled")),
+        granted
+            .http_by
+            .keys()
+            .all(|(_, outcome)| matches!(*outcome, "ok" | "throttled")),
         "{:?}",
         granted.http_by
     );
