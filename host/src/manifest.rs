@@ -56,6 +56,17 @@
 //! restart-backoff-ms = 200     # after a trap; doubles per restart, at most 30 s
 //! max-restarts = 5             # traps within the window before quarantine
 //! restart-window-seconds = 300
+//!
+//! # Only in a next version's manifest (`NAME.next.toml`): how it runs
+//! # beside the running `NAME.wasm`.
+//! [rollout]
+//! mode = "shadow"              # or "canary"
+//! percent = 0                  # a canary's share of the keys, 0 to 100
+//! window-seconds = 60          # the window the versions are compared over
+//! max-error-rate-increase = 10 # percentage points of errors per call over the running version's
+//! max-trap-increase = 1        # traps over the running version's
+//! max-refusal-increase = 5     # refused writes over the running version's
+//! min-calls = 10               # calls before the error rate counts
 //! ```
 //!
 //! Without a manifest (or without a `[grant]`), a plugin gets the **default
@@ -67,6 +78,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::rollout::{RolloutMode, RolloutPolicy};
 
 use crate::grant::{Grant, HttpGrant, Scope, Verb, WriteMode, WriteRule};
 use crate::limits::{
@@ -112,6 +125,8 @@ pub struct Manifest {
     pub failures: FailurePolicy,
     /// The plugin's environment variables, in the manifest's order.
     pub env: Vec<EnvVar>,
+    /// How a next version runs beside the running one (`[rollout]`).
+    pub rollout: Option<RolloutPolicy>,
 }
 
 /// One environment variable of a plugin (`[env]`).
@@ -164,6 +179,19 @@ struct File {
     limits: Option<LimitsFile>,
     failures: Option<FailuresFile>,
     env: Option<toml::Spanned<std::collections::BTreeMap<String, toml::Value>>>,
+    rollout: Option<RolloutFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RolloutFile {
+    mode: Option<RolloutMode>,
+    percent: Option<i64>,
+    window_seconds: Option<u64>,
+    max_error_rate_increase: Option<u32>,
+    max_trap_increase: Option<u32>,
+    max_refusal_increase: Option<u32>,
+    min_calls: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -558,6 +586,36 @@ impl Manifest {
                 .restart_window_seconds
                 .map_or(defaults.restart_window, Duration::from_secs),
         };
+        if let Some(rollout) = file.rollout {
+            let defaults = RolloutPolicy::default();
+            let percent = match rollout.percent {
+                None => defaults.percent,
+                Some(percent) => u8::try_from(percent)
+                    .ok()
+                    .filter(|percent| *percent <= 100)
+                    .ok_or_else(|| invalid(format!("rollout.percent is {percent}: must be 0 to 100")))?,
+            };
+            let window = match rollout.window_seconds {
+                None => defaults.window,
+                Some(seconds @ 1..=86_400) => Duration::from_secs(seconds),
+                Some(seconds) => {
+                    return Err(invalid(format!(
+                        "rollout.window-seconds is {seconds}: must be 1 to 86400"
+                    )));
+                }
+            };
+            manifest.rollout = Some(RolloutPolicy {
+                mode: rollout.mode.unwrap_or(defaults.mode),
+                percent,
+                window,
+                max_error_rate_increase: rollout
+                    .max_error_rate_increase
+                    .unwrap_or(defaults.max_error_rate_increase),
+                max_trap_increase: rollout.max_trap_increase.unwrap_or(defaults.max_trap_increase),
+                max_refusal_increase: rollout.max_refusal_increase.unwrap_or(defaults.max_refusal_increase),
+                min_calls: rollout.min_calls.unwrap_or(defaults.min_calls),
+            });
+        }
         Ok(manifest)
     }
 }
@@ -916,6 +974,32 @@ mod tests {
         );
         assert!(message("[grant]\nresources = [\"Pod\"]").contains("grant.resources: resource \"Pod\""));
         assert!(message("[failures]\non-error = \"ignore\"").contains("unknown variant `ignore`"));
+    }
+
+    #[test]
+    fn a_rollout_is_read_and_a_share_outside_0_to_100_is_refused() {
+        let manifest = parse("[rollout]\nmode = \"canary\"\npercent = 20\nmin-calls = 3\n").unwrap();
+        let rollout = manifest.rollout.unwrap();
+        assert_eq!(
+            (rollout.mode, rollout.percent, rollout.min_calls),
+            (RolloutMode::Canary, 20, 3)
+        );
+        assert_eq!(rollout.window, RolloutPolicy::default().window);
+        assert_eq!(parse("").unwrap().rollout, None);
+        for percent in [0, 100] {
+            let text = format!("[rollout]\nmode = \"canary\"\npercent = {percent}\n");
+            assert_eq!(parse(&text).unwrap().rollout.unwrap().percent, percent);
+        }
+        let message = |text: &str| parse(text).unwrap_err().to_string();
+        assert_eq!(
+            message("[rollout]\npercent = 101"),
+            "p.toml: rollout.percent is 101: must be 0 to 100"
+        );
+        assert_eq!(
+            message("[rollout]\npercent = -1"),
+            "p.toml: rollout.percent is -1: must be 0 to 100"
+        );
+        assert!(message("[rollout]\nmode = \"blue-green\"").contains("unknown variant `blue-green`"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ fn granted_manifest() -> String {
     )
 }
 
-fn deployments() -> ResourceId {
+pub(crate) fn deployments() -> ResourceId {
     ResourceId::new("apps", "v1", "deployments")
 }
 
@@ -58,7 +58,7 @@ fn set_load(server: &ApiServer, millicores: u32) {
 }
 
 /// `spec.replicas` of deployment `app-0`, and its resourceVersion.
-fn replicas(server: &ApiServer) -> (i64, u64) {
+pub(crate) fn replicas(server: &ApiServer) -> (i64, u64) {
     let deployment = server.store().get(&deployments(), Some("ns-0"), "app-0").unwrap();
     (
         deployment.value["spec"]["replicas"].as_i64().unwrap(),
@@ -70,7 +70,7 @@ fn hpa_status(server: &ApiServer) -> serde_json::Value {
     server.store().get(&hpas(), Some("ns-0"), "app-0").unwrap().value["status"].clone()
 }
 
-fn rescale_events(server: &ApiServer) -> Vec<serde_json::Value> {
+pub(crate) fn rescale_events(server: &ApiServer) -> Vec<serde_json::Value> {
     server
         .store()
         .list(
@@ -87,7 +87,7 @@ fn rescale_events(server: &ApiServer) -> Vec<serde_json::Value> {
 }
 
 /// Holds the load at `millicores` until `done` holds, or fails naming `what`.
-async fn under_load(server: &ApiServer, millicores: u32, what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) async fn under_load(server: &ApiServer, millicores: u32, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -98,7 +98,7 @@ async fn under_load(server: &ApiServer, millicores: u32, what: &str, mut done: i
 
 /// A quiet emulated cluster: one namespace, one deployment of two pods with
 /// its HPA (target 60% cpu, 1 to 10 replicas), nothing churning.
-async fn quiet() -> (ApiServer, kube::Client) {
+pub(crate) async fn quiet() -> (ApiServer, kube::Client) {
     let workload = Workload::default().seed(7).size(1, 1, 2).changes_per_second(0.0);
     let (server, churn, client) = cluster(&workload).await;
     churn.abort();

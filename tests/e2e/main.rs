@@ -14,6 +14,7 @@ mod outbound;
 mod plugins;
 mod reload;
 mod replay;
+mod rollout;
 mod runtime;
 mod scaffold;
 mod settings;

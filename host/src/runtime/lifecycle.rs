@@ -59,6 +59,9 @@ pub(crate) enum Event {
     Drained,
     /// The host is shutting down.
     Stop,
+    /// A next version was rolled back for doing worse than the running one:
+    /// it waits for a new version, as a quarantined one does.
+    RolledBack,
 }
 
 /// A new version's probation: failing twice before it ends rolls it back.
@@ -120,6 +123,7 @@ impl Lifecycle {
             }
             (State::Serving, Event::Unload) => State::Draining,
             (_, Event::Unload) => State::Stopped,
+            (_, Event::RolledBack) => State::Quarantined,
             (State::Draining, Event::Drained) => State::Stopped,
             (State::Serving, Event::Failed) => self.failed(now, true),
             (State::Restarting { .. } | State::RollingBack, Event::StartFailed) => self.failed(now, false),

@@ -320,6 +320,50 @@ impl Scrape {
             }),
         )?;
 
+        // Next versions beside running ones.
+        let rollouts: Vec<(&PluginStatus, &crate::rollout::RolloutReport)> =
+            plugins.iter().filter_map(|p| Some((p, p.rollout.as_ref()?))).collect();
+        family.counter(
+            "kinformer_rollout_compared",
+            "Calls a shadow made too, by how its writes compared with the running version's (same, differs, only-live, only-shadow) or skipped when the shadow was behind.",
+            rollouts.iter().flat_map(|(p, report)| {
+                let outcomes = ["same", "differs", "only-live", "only-shadow"]
+                    .map(|outcome| (outcome, report.compared.get(outcome).copied().unwrap_or(0)));
+                outcomes
+                    .into_iter()
+                    .chain([("skipped", report.skipped)])
+                    .map(move |(outcome, count)| {
+                        let mut labels = plugin(p);
+                        labels.push(("outcome", outcome.to_owned()));
+                        (labels, count)
+                    })
+            }),
+        )?;
+        family.counter(
+            "kinformer_rollout_calls",
+            "Calls in a rollout, by version (live, next) and outcome (ok, error, trap).",
+            rollouts.iter().flat_map(|(p, report)| {
+                [("live", report.live), ("next", report.next)]
+                    .into_iter()
+                    .flat_map(move |(version, counts)| {
+                        let ok = counts.calls.saturating_sub(counts.errors + counts.traps);
+                        [("ok", ok), ("error", counts.errors), ("trap", counts.traps)].map(|(outcome, count)| {
+                            let mut labels = plugin(p);
+                            labels.push(("version", version.to_owned()));
+                            labels.push(("outcome", outcome.to_owned()));
+                            (labels, count)
+                        })
+                    })
+            }),
+        )?;
+        family.gauge(
+            "kinformer_rollout_rolled_back",
+            "1 once the next version was rolled back for doing worse than the running one.",
+            rollouts
+                .iter()
+                .map(|(p, report)| (plugin(p), f64::from(u8::from(report.rolled_back.is_some())))),
+        )?;
+
         // Controllers' workqueues, as client-go names them.
         let queues: Vec<(Labels, crate::workqueue::WorkQueueStats)> = plugins
             .iter()

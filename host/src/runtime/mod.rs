@@ -58,6 +58,7 @@ mod embedded;
 mod lifecycle;
 mod metrics;
 pub mod prepare;
+mod rollout;
 mod server;
 mod settings;
 mod status;

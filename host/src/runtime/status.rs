@@ -93,8 +93,12 @@ pub struct PluginStatus {
     /// Deltas of the resources it subscribed to that it was not handed: in
     /// namespaces outside its grant's `namespaces`.
     pub outside_grant: u64,
-    /// New versions replaced by the previous one after failing.
+    /// New versions replaced by the previous one after failing, and next
+    /// versions rolled back for doing worse than the running one.
     pub rollbacks: u64,
+    /// A next version beside this one, and how the two compare.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutReport>,
     /// The last error of a running version, if any.
     pub last_error: Option<String>,
     /// Writes done (in dry-run mode: validated by the server).
@@ -158,6 +162,7 @@ impl PluginStatus {
             reloads: 0,
             outside_grant: 0,
             rollbacks: 0,
+            rollout: None,
             last_error: None,
             writes: 0,
             write_errors: 0,

@@ -23,6 +23,10 @@ use crate::processor::{Listener, ListenerOptions};
 use crate::registration::{ControllerSpec, Registration};
 use crate::scope::Scope;
 
+/// The writes of one call kept for a rollout's comparison; a call that
+/// writes more is compared on its first ones.
+const WRITES_KEPT_PER_CALL: usize = 256;
+
 /// A version of a plugin, started and registered.
 pub(super) struct Version {
     pub(super) component: PluginComponent,
@@ -40,6 +44,8 @@ pub(super) struct Version {
     pub(super) controller: Option<(ControllerSpec, Indexer)>,
     /// The instance `init` ran in, until the worker takes it.
     pub(super) instance: Option<PluginInstance>,
+    /// The writes of the call running now, for a rollout's comparison.
+    written: Arc<std::sync::Mutex<Vec<WriteRecord>>>,
 }
 
 /// Where a version runs: the host's informers and limits, and where its log goes.
@@ -75,8 +81,15 @@ impl Version {
         let grant = manifest.grant.clone().within(context.scope);
         let caches = Caches::new();
         let status = Arc::clone(context.status);
-        let observer: WriteObserver =
-            Arc::new(move |record: &WriteRecord| update(&status, |status| status.record_write(record)));
+        let written: Arc<std::sync::Mutex<Vec<WriteRecord>>> = Arc::default();
+        let call_writes = Arc::clone(&written);
+        let observer: WriteObserver = Arc::new(move |record: &WriteRecord| {
+            update(&status, |status| status.record_write(record));
+            let mut writes = call_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if writes.len() < WRITES_KEPT_PER_CALL {
+                writes.push(record.clone());
+            }
+        });
         let writer = context
             .cluster
             .writer(name, grant.clone(), &manifest.limits, manifest.mode, Some(observer));
@@ -153,7 +166,13 @@ impl Version {
             refused: review.refused,
             controller: wiring.controller,
             instance: Some(instance),
+            written,
         })
+    }
+
+    /// The writes made since the last time this was asked.
+    pub(super) fn take_written(&self) -> Vec<WriteRecord> {
+        std::mem::take(&mut *self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// The digest of its component.

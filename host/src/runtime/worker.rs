@@ -9,11 +9,17 @@ use std::time::{Duration, Instant};
 
 use super::controller::Keys;
 use super::lifecycle::{Event, Lifecycle, State, retry_backoff};
+use super::rollout::{Link, Mirror, MirrorWork, Slot};
 use super::status::{PluginState, SharedStatus, update};
 use super::version::{Feed, Version};
 use super::{BatchObserver, Error};
 use crate::delta::Delta;
 use crate::plugin::PluginInstance;
+use crate::rollout::{Call, Role, compare};
+
+/// How long after the running version's call a shadow may still make the
+/// same call and have it compared; a shadow further behind skips it.
+const MIRROR_STALE: Duration = Duration::from_secs(1);
 
 /// What a worker is told between two batches.
 pub(super) enum Command {
@@ -47,6 +53,10 @@ enum Work {
     /// A controller's periodic resync is due.
     Resync,
     Command(Command),
+    /// The worker's part in a rollout changed.
+    Rollout,
+    /// A call of the running version, for a shadow to make too.
+    Mirror(Mirror),
     Due,
     Stop,
 }
@@ -81,6 +91,16 @@ pub(super) struct Worker {
     observer: Option<BatchObserver>,
     /// A batch was just handled: the next is gathered for the batch window.
     gathering: bool,
+    /// Where it finds its part in a rollout, and that part.
+    slot: Arc<Slot>,
+    slot_changes: tokio::sync::watch::Receiver<u64>,
+    link: Option<Link>,
+    /// A shadow's end of the running version's mirrored calls.
+    mirrors: Option<tokio::sync::mpsc::Receiver<Mirror>>,
+    /// The last call returned an error (perhaps retried to success).
+    call_failed: bool,
+    /// The next version it runs was rolled back.
+    rolled_back: bool,
 }
 
 impl Worker {
@@ -91,6 +111,7 @@ impl Worker {
         mut version: Version,
         stopped: tokio::sync::watch::Receiver<bool>,
         observer: Option<BatchObserver>,
+        slot: Arc<Slot>,
     ) -> Result<WorkerHandle, Error> {
         let (commands, received) = tokio::sync::mpsc::unbounded_channel();
         let (feeds, _) = version.attach(name, Vec::new());
@@ -114,6 +135,12 @@ impl Worker {
             error_lines: ErrorLines::new(),
             observer,
             gathering: false,
+            slot_changes: slot.subscribe(),
+            slot,
+            link: None,
+            mirrors: None,
+            call_failed: false,
+            rolled_back: false,
         };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{name}"))
@@ -129,26 +156,53 @@ impl Worker {
     /// the state asks and steps the lifecycle with what happened.
     fn run(mut self) {
         self.went_live();
+        self.relink();
         loop {
             let state = self.lifecycle.state();
             let event = match state {
                 State::Stopped => break,
                 State::Serving => match self.next_work(None) {
-                    Work::Batch(batch) => match &self.keys {
+                    Work::Batch(mut batch) => match &self.keys {
                         Some(keys) => {
                             keys.enqueue(&batch);
                             continue;
                         }
-                        None => match self.deliver(&batch) {
-                            Delivery::Done => {
-                                self.gathering = true;
-                                continue;
+                        None => {
+                            if let Some(link) = &self.link {
+                                batch.retain(|delta| link.rollout.owns(link.role, delta.key()));
+                                if batch.is_empty() {
+                                    continue;
+                                }
                             }
+                            match self.observed(MirrorWork::Batch(batch)) {
+                                Delivery::Done => {
+                                    self.gathering = true;
+                                    continue;
+                                }
+                                Delivery::Stopped => Event::Stop,
+                                Delivery::Failed => Event::Failed,
+                            }
+                        }
+                    },
+                    Work::Key(key) => {
+                        if let (Some(link), Some(keys)) = (&self.link, &self.keys)
+                            && !link.rollout.owns(link.role, &key)
+                        {
+                            // The other version owns it: it has it queued.
+                            keys.finished(&key, Ok(None));
+                            continue;
+                        }
+                        match self.observed(MirrorWork::Key(key)) {
+                            Delivery::Done => continue,
                             Delivery::Stopped => Event::Stop,
                             Delivery::Failed => Event::Failed,
-                        },
+                        }
+                    }
+                    Work::Rollout => match self.relink() {
+                        Some(event) => event,
+                        None => continue,
                     },
-                    Work::Key(key) => match self.reconcile(&key) {
+                    Work::Mirror(mirror) => match self.shadow(mirror) {
                         Delivery::Done => continue,
                         Delivery::Stopped => Event::Stop,
                         Delivery::Failed => Event::Failed,
@@ -165,16 +219,19 @@ impl Worker {
                 },
                 State::Restarting { at } => match self.next_work(Some(at)) {
                     Work::Due => self.restart(),
-                    Work::Command(command) => self.command(command),
-                    Work::Batch(_) | Work::Key(_) | Work::Resync => continue,
-                    Work::Stop => Event::Stop,
+                    work => match self.waiting(work) {
+                        Some(event) => event,
+                        None => continue,
+                    },
                 },
                 State::RollingBack => self.roll_back(),
-                State::Quarantined => match self.next_work(None) {
-                    Work::Command(command) => self.command(command),
-                    Work::Batch(_) | Work::Key(_) | Work::Resync | Work::Due => continue,
-                    Work::Stop => Event::Stop,
-                },
+                State::Quarantined => {
+                    let work = self.next_work(None);
+                    match self.waiting(work) {
+                        Some(event) => event,
+                        None => continue,
+                    }
+                }
                 State::Draining => {
                     self.drain();
                     Event::Drained
@@ -200,13 +257,21 @@ impl Worker {
                 self.instance = None;
                 self.feeds.clear();
                 self.pending.clear();
-                let window_s = self.live.manifest.failures.restart_window.as_secs();
-                tracing::error!(
-                    plugin = %self.name,
-                    failures = self.lifecycle.recent_failures(),
-                    window_s,
-                    "plugin quarantined: it failed too often; change its file or manifest to try again"
-                );
+                if !self.rolled_back {
+                    let window_s = self.live.manifest.failures.restart_window.as_secs();
+                    let failures = self.lifecycle.recent_failures();
+                    tracing::error!(
+                        plugin = %self.name,
+                        failures,
+                        window_s,
+                        "plugin quarantined: it failed too often; change its file or manifest to try again"
+                    );
+                    // A next version that cannot run hands its keys back.
+                    if let Some(link) = self.link.as_ref().filter(|link| link.role == Role::Next) {
+                        link.rollout
+                            .roll_back(format!("quarantined after {failures} failures within {window_s} s"));
+                    }
+                }
                 update(&self.status, |status| status.state = PluginState::Quarantined);
             }
             State::Stopped if from != State::Quarantined => {
@@ -244,6 +309,7 @@ impl Worker {
                     "swapped in the new version"
                 );
                 self.previous = Some(old);
+                self.rolled_back = false;
                 self.follow_live_version();
                 update(&self.status, |status| status.reloads += 1);
                 self.went_live();
@@ -330,6 +396,128 @@ impl Worker {
         }
     }
 
+    /// What a worker with no instance serving (restarting, quarantined) does
+    /// with its work: commands and its rollout's changes count, a shadow's
+    /// mirrored call is skipped, deltas and keys wait in their queues.
+    fn waiting(&mut self, work: Work) -> Option<Event> {
+        match work {
+            Work::Command(command) => Some(self.command(command)),
+            Work::Rollout => self.relink(),
+            Work::Mirror(_) => {
+                if let Some(link) = &self.link {
+                    link.rollout.skipped();
+                }
+                None
+            }
+            Work::Batch(_) | Work::Key(_) | Work::Resync | Work::Due => None,
+            Work::Stop => Some(Event::Stop),
+        }
+    }
+
+    /// Takes the worker's part in a rollout as its slot says now. A next
+    /// version that was rolled back stops serving (`RolledBack`); otherwise a
+    /// controller queues every primary key, so the keys that changed hands
+    /// are reconciled by their new owner (the other version skips them).
+    fn relink(&mut self) -> Option<Event> {
+        let link = self.slot.link();
+        if let Some(link) = link.as_ref().filter(|link| link.role == Role::Next) {
+            let same = self
+                .link
+                .as_ref()
+                .is_some_and(|old| Arc::ptr_eq(&old.rollout, &link.rollout));
+            if !same || self.mirrors.is_none() {
+                self.mirrors = link.rollout.take_mirrors().or(self.mirrors.take().filter(|_| same));
+            }
+        }
+        if link.is_none() {
+            self.mirrors = None;
+        }
+        self.link = link;
+        if let Some(link) = self.link.as_ref().filter(|link| link.role == Role::Next)
+            && let Some(reason) = link.rollout.rolled_back()
+        {
+            if self.rolled_back {
+                return None;
+            }
+            self.rolled_back = true;
+            let digest = self.live.digest().to_owned();
+            update(&self.status, |status| {
+                status.rollbacks += 1;
+                status.rejected_digest = Some(digest);
+                status.last_error = Some(format!("rolled back: {reason}"));
+            });
+            return Some(Event::RolledBack);
+        }
+        if let Some(keys) = &self.keys {
+            keys.enqueue_all();
+        }
+        None
+    }
+
+    /// Makes one call (`handle` of a batch, `reconcile` of a key) as a
+    /// rollout wants it: a running version with a shadow mirrors it, and
+    /// either version counts how it went.
+    fn observed(&mut self, work: MirrorWork) -> Delivery {
+        let link = self.link.clone();
+        drop(self.live.take_written());
+        let live_writes = link
+            .as_ref()
+            .filter(|link| link.role == Role::Live)
+            .and_then(|link| link.rollout.mirror(work.clone()));
+        let delivery = self.call(&work);
+        let written = self.live.take_written();
+        let refusals = written.iter().filter(|write| !write.is_ok()).count();
+        if let Some(sender) = live_writes {
+            let _ = sender.send(written);
+        }
+        if let Some(link) = link {
+            link.rollout.record(link.role, self.call_kind(&delivery), refusals);
+        }
+        delivery
+    }
+
+    /// A shadow makes the running version's call and compares the writes.
+    fn shadow(&mut self, mirror: Mirror) -> Delivery {
+        let Some(link) = self.link.clone() else {
+            return Delivery::Done;
+        };
+        if mirror.sent.elapsed() > MIRROR_STALE || self.instance.is_none() {
+            link.rollout.skipped();
+            return Delivery::Done;
+        }
+        drop(self.live.take_written());
+        let delivery = self.call(&mirror.work);
+        let written = self.live.take_written();
+        let refusals = written.iter().filter(|write| !write.is_ok()).count();
+        link.rollout.record(Role::Next, self.call_kind(&delivery), refusals);
+        let wait = self.live.manifest.limits.call_timeout + self.live.manifest.limits.write_timeout;
+        let live = self
+            .runtime
+            .block_on(async { tokio::time::timeout(wait, mirror.live).await });
+        match live {
+            Ok(Ok(live)) => link.rollout.compared(mirror.work.key(), &compare(&live, &written)),
+            _ => link.rollout.skipped(),
+        }
+        delivery
+    }
+
+    /// Hands the plugin a batch or has it reconcile a key.
+    fn call(&mut self, work: &MirrorWork) -> Delivery {
+        match work {
+            MirrorWork::Batch(batch) => self.deliver(batch),
+            MirrorWork::Key(key) => self.reconcile(key),
+        }
+    }
+
+    /// How the last call went, for a rollout's counts.
+    fn call_kind(&self, delivery: &Delivery) -> Call {
+        match (delivery, self.call_failed) {
+            (Delivery::Failed, _) => Call::Trap,
+            (_, true) => Call::Error,
+            (_, false) => Call::Ok,
+        }
+    }
+
     /// Reconciles one key; the workqueue retries it with backoff after an
     /// error. A failed instance is dropped.
     fn reconcile(&mut self, key: &String) -> Delivery {
@@ -338,6 +526,7 @@ impl Worker {
         };
         let _span = tracing::debug_span!("reconcile", plugin = %self.name, key = %key).entered();
         let outcome = instance.reconcile(key);
+        self.call_failed = outcome.is_err();
         note_paused(&self.status, instance);
         keys.finished(key, outcome.as_ref().map(|requeue| *requeue).map_err(|_| ()));
         let stats = keys.stats();
@@ -413,6 +602,7 @@ impl Worker {
         let controller = self.keys.as_ref().filter(|_| serving);
         let resync = controller.and_then(Keys::resync_due);
         let (stopped, commands, feeds) = (&mut self.stopped, &mut self.commands, &mut self.feeds);
+        let (slot_changes, mirrors) = (&mut self.slot_changes, &mut self.mirrors);
         self.runtime.block_on(async {
             let key = async {
                 match controller {
@@ -436,6 +626,12 @@ impl Worker {
                     std::future::pending().await
                 }
             };
+            let mirror = async {
+                match mirrors.as_mut().filter(|_| serving) {
+                    Some(mirrors) => mirrors.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             let due = async {
                 match due {
                     Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -446,8 +642,10 @@ impl Worker {
                 biased;
                 _ = stopped.wait_for(|stop| *stop) => Work::Stop,
                 command = commands.recv() => command.map_or(Work::Stop, Work::Command),
+                Ok(()) = slot_changes.changed() => Work::Rollout,
                 () = due => Work::Due,
                 () = resync => Work::Resync,
+                Some(mirror) = mirror => Work::Mirror(mirror),
                 Some(key) = key => Work::Key(key),
                 batch = batches => batch.map_or(Work::Stop, Work::Batch),
             }
@@ -505,6 +703,7 @@ impl Worker {
         let count = batch.len() as u64;
         let policy = self.live.manifest.failures;
         let mut attempt = 0_u32;
+        self.call_failed = false;
         if let Some(observer) = &self.observer {
             observer(&self.name, batch);
         }
@@ -550,6 +749,7 @@ impl Worker {
             match handled.as_ref().err().map(CallError::of) {
                 None => return Delivery::Done,
                 Some(CallError::Rejected(message)) => {
+                    self.call_failed = true;
                     update(&self.status, |status| {
                         status.errors += 1;
                         status.last_error = Some(message.to_owned());

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::directory::{self, Fingerprint, PluginFiles};
 use super::embedded::EmbeddedPlugin;
+use super::rollout::{Link, Rollout, Slot};
 use super::settings::Settings;
 use super::status::{PluginState, PluginStatus, STATUS_LOG_LINES, SharedStatus, update};
 use super::version::{Context, Version, blocking};
@@ -30,6 +31,7 @@ use crate::leader::Leadership;
 use crate::manifest::EnvVar;
 use crate::outbound::{AddressPolicy, in_cluster_api_server};
 use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
+use crate::rollout::{Role, RolloutMode, RolloutPolicy, next_of};
 use crate::scope::Scope;
 
 /// A plugin the supervisor knows, by name.
@@ -55,6 +57,8 @@ struct Plugin {
     /// Deltas its listeners were not told about, across its versions:
     /// outside its grant's namespaces.
     outside_grant: Arc<std::sync::atomic::AtomicU64>,
+    /// Where its worker finds its part in a rollout.
+    slot: Arc<Slot>,
 }
 
 /// A load of one version of a plugin, running as a task of its own.
@@ -138,6 +142,8 @@ pub(super) struct Supervisor {
     /// Set once the directory was scanned: every plugin of it is known.
     scanned: std::sync::atomic::AtomicBool,
     plugins: Mutex<BTreeMap<String, Plugin>>,
+    /// The rollouts of next versions, by the running plugin's name.
+    rollouts: Mutex<BTreeMap<String, Arc<Rollout>>>,
     /// Held while the directory is rescanned: one rescan at a time.
     rescanning: tokio::sync::Mutex<()>,
     pub(super) stop: tokio::sync::watch::Sender<bool>,
@@ -173,6 +179,7 @@ impl Supervisor {
             election,
             scanned: std::sync::atomic::AtomicBool::new(false),
             plugins: Mutex::new(BTreeMap::new()),
+            rollouts: Mutex::default(),
             rescanning: tokio::sync::Mutex::new(()),
             stop: tokio::sync::watch::channel(false).0,
         }
@@ -203,14 +210,78 @@ impl Supervisor {
 
     /// Every plugin's status, by name.
     pub(super) fn status(&self) -> Vec<PluginStatus> {
+        let rollouts = self.rollouts().clone();
         self.plugins()
             .values()
             .map(|plugin| {
                 let mut status = plugin.status.lock().unwrap_or_else(PoisonError::into_inner).clone();
                 status.outside_grant = plugin.outside_grant.load(std::sync::atomic::Ordering::Relaxed);
+                status.rollout = rollouts.get(&status.name).map(|rollout| rollout.report());
                 status
             })
             .collect()
+    }
+
+    fn rollouts(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Rollout>>> {
+        self.rollouts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts `next`'s running version beside its plugin's (`base`) under
+    /// `policy`, or hands an existing rollout the new next version. Without
+    /// a running `base`, the next version runs on its own.
+    fn start_rollout(&self, base: &str, next: &str, policy: RolloutPolicy, digest: &str) {
+        let plugins = self.plugins();
+        let (Some(live), Some(candidate)) = (plugins.get(base), plugins.get(next)) else {
+            tracing::warn!(plugin = %next, base = %base, "a next version without its plugin runs on its own");
+            return;
+        };
+        let mut rollouts = self.rollouts();
+        let rollout = match rollouts.get(base) {
+            Some(rollout) => {
+                rollout.retarget(policy, digest);
+                Arc::clone(rollout)
+            }
+            None => {
+                let rollout = Rollout::new(base, policy, digest, [&live.slot, &candidate.slot]);
+                rollouts.insert(base.to_owned(), Arc::clone(&rollout));
+                rollout
+            }
+        };
+        let share = match policy.mode {
+            RolloutMode::Shadow => String::new(),
+            RolloutMode::Canary => format!(" owning {}% of the keys", policy.percent),
+        };
+        tracing::info!(
+            plugin = %base,
+            next = &digest[..12.min(digest.len())],
+            mode = %policy.mode,
+            "next version runs beside the running one as a {}{share}",
+            policy.mode
+        );
+        live.slot.set(Some(Link {
+            rollout: Arc::clone(&rollout),
+            role: Role::Live,
+        }));
+        candidate.slot.set(Some(Link {
+            rollout,
+            role: Role::Next,
+        }));
+    }
+
+    /// Ends the rollout of `base`'s next version (it was removed or promoted,
+    /// or `base` was): the running version owns every key again.
+    fn end_rollout(&self, base: &str) {
+        let Some(rollout) = self.rollouts().remove(base) else {
+            return;
+        };
+        tracing::info!(plugin = %base, "next version gone: the running version owns every key");
+        let plugins = self.plugins();
+        for name in [base.to_owned(), format!("{base}{}", crate::rollout::NEXT_SUFFIX)] {
+            if let Some(plugin) = plugins.get(&name) {
+                plugin.slot.set(None);
+            }
+        }
+        drop(rollout);
     }
 
     /// True while the plugins' workers and the informers' reflectors run
@@ -292,6 +363,10 @@ impl Supervisor {
                 .collect();
             gone.iter().filter_map(|name| plugins.remove(name)).collect()
         };
+        for plugin in &removed {
+            let name = update(&plugin.status, |status| status.name.clone());
+            self.end_rollout(next_of(&name).unwrap_or(&name));
+        }
         for plugin in removed {
             let name = update(&plugin.status, |status| status.name.clone());
             tracing::info!(plugin = %name, "plugin removed: draining and unloading");
@@ -317,6 +392,7 @@ impl Supervisor {
                 writes: false,
                 standby: false,
                 outside_grant: Arc::default(),
+                slot: Slot::new(),
             });
             update(&plugin.status, |status| {
                 status.desired_digest = Some(files.fingerprint.digest.clone());
@@ -401,13 +477,22 @@ impl Supervisor {
             stamp,
             component: given,
         } = files;
-        let manifest = match manifest {
+        let mut manifest = match manifest {
             Ok(manifest) => manifest,
             Err(error) => {
                 self.reject(name, &fingerprint, status, &Error::Manifest(error), reload);
                 return;
             }
         };
+        // A next version's rollout; a shadow's writes persist nothing.
+        let rollout = next_of(name).map(|base| (base, manifest.rollout.unwrap_or_default()));
+        match rollout {
+            Some((_, policy)) if policy.mode == RolloutMode::Shadow => manifest.mode = crate::grant::WriteMode::DryRun,
+            None if manifest.rollout.is_some() => {
+                tracing::warn!(plugin = %name, "[rollout] applies to a next version only (NAME.next.toml); ignored");
+            }
+            _ => {}
+        }
         let bytes = match bytes {
             Ok(bytes) => bytes,
             Err(source) => {
@@ -517,7 +602,7 @@ impl Supervisor {
                 status.rejected_digest = None;
             }
         });
-        let version = match plugin.worker.as_ref().filter(|worker| worker.alive()) {
+        let swapped = match plugin.worker.as_ref().filter(|worker| worker.alive()) {
             Some(worker) => match worker.commands.send(Command::Swap(Box::new(version))) {
                 Ok(()) => {
                     tracing::info!(
@@ -526,19 +611,34 @@ impl Supervisor {
                         prepare_ms = started.elapsed().as_millis() as u64,
                         "new version ready; swapping it in between two batches"
                     );
-                    return;
+                    None
                 }
-                Err(tokio::sync::mpsc::error::SendError(Command::Swap(version))) => *version,
+                Err(tokio::sync::mpsc::error::SendError(Command::Swap(version))) => Some(*version),
                 Err(_) => return,
             },
-            None => version,
+            None => Some(version),
         };
-        match Worker::spawn(name, status, version, self.stop.subscribe(), self.observer.clone()) {
-            Ok(worker) => plugin.worker = Some(worker),
-            Err(error) => {
-                drop(plugins);
-                self.reject(name, &fingerprint, status, &error, reload);
+        if let Some(version) = swapped {
+            let slot = Arc::clone(&plugin.slot);
+            match Worker::spawn(
+                name,
+                status,
+                version,
+                self.stop.subscribe(),
+                self.observer.clone(),
+                slot,
+            ) {
+                Ok(worker) => plugin.worker = Some(worker),
+                Err(error) => {
+                    drop(plugins);
+                    self.reject(name, &fingerprint, status, &error, reload);
+                    return;
+                }
             }
+        }
+        drop(plugins);
+        if let Some((base, policy)) = rollout {
+            self.start_rollout(base, name, policy, &fingerprint.digest);
         }
     }
 

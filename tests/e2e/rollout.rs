@@ -1,0 +1,386 @@
+//! Next versions beside running ones (`NAME.next.wasm`): a canary owns its
+//! stable share of the keys, each change reconciled by exactly one version; a
+//! next version that errors more than the running one is rolled back and
+//! hands every key back; a shadow's writes reach the server as dry runs only
+//! and are compared with the running version's.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use apiserver_sim::store::{Filter, ListOptions, ResourceId};
+use apiserver_sim::{ApiServer, SimConfig};
+use kinformer::plugin::digest;
+use kinformer::rollout::next_owns;
+use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
+use kinformer_tests::runtime::{Logs, install, plugin_status, publish, quick_manifest, until};
+
+use super::hpa::{deployments, quiet, replicas, rescale_events, under_load};
+use plugin_artifacts::variant;
+use serde_json::json;
+
+const KEYS: usize = 200;
+
+fn config_maps() -> ResourceId {
+    ResourceId::new("", "v1", "configmaps")
+}
+
+/// An emulated cluster holding `KEYS` ConfigMaps in two namespaces, nothing else.
+async fn config_map_cluster() -> (ApiServer, kube::Client) {
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    for namespace in ["a", "b"] {
+        let namespaces = ResourceId::new("", "v1", "namespaces");
+        server
+            .store()
+            .create(&namespaces, None, json!({"metadata": {"name": namespace}}))
+            .unwrap();
+    }
+    for i in 0..KEYS {
+        let namespace = if i % 2 == 0 { "a" } else { "b" };
+        server
+            .store()
+            .create(
+                &config_maps(),
+                Some(namespace),
+                json!({"metadata": {"name": format!("cm-{i}"), "namespace": namespace}, "data": {"n": "0"}}),
+            )
+            .unwrap();
+    }
+    let client = kube::Client::try_from(server.client_config()).unwrap();
+    (server, client)
+}
+
+/// Changes every ConfigMap; returns each key's new resourceVersion.
+fn change_every_key(server: &ApiServer, round: u32) -> BTreeMap<String, String> {
+    let items = server
+        .store()
+        .list(&config_maps(), &Filter::default(), &ListOptions::default())
+        .unwrap()
+        .items;
+    items
+        .iter()
+        .map(|item| {
+            let namespace = item.namespace.as_deref().unwrap();
+            let mut value = item.value.clone();
+            value["data"]["n"] = json!(round.to_string());
+            let stored = server
+                .store()
+                .update(&config_maps(), Some(namespace), &item.name, value, false)
+                .unwrap();
+            (item.key.clone(), stored.resource_version.to_string())
+        })
+        .collect()
+}
+
+fn reconciler() -> Vec<u8> {
+    plugin_artifacts::test_plugin("reconciler.wasm").to_vec()
+}
+
+/// The reconciler's manifest: label `label`, ConfigMaps as its primary.
+fn reconciler_manifest(label: &str, options: &str) -> String {
+    quick_manifest(&format!("{label},primary=v1/ConfigMap{options}"))
+}
+
+/// The keys plugin `name` logged reconciling at resourceVersion `versions[key]`.
+fn reconciled_at(logs: &Logs, name: &str, versions: &BTreeMap<String, String>) -> Vec<String> {
+    logs.of(name)
+        .iter()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split(' ').collect();
+            let [_, "reconcile", key, state] = words[..] else {
+                return None;
+            };
+            let rv = state.split('/').next()?;
+            (versions.get(key).map(String::as_str) == Some(rv)).then(|| key.to_owned())
+        })
+        .collect()
+}
+
+/// Starts `ctl` alone and waits until it reconciled every key.
+async fn running_controller(dir: &Path, client: kube::Client, logs: &Logs) -> Runtime {
+    publish(dir, "ctl.toml", reconciler_manifest("live", "").as_bytes());
+    publish(dir, "ctl.wasm", &reconciler());
+    let runtime = Runtime::start(client, RuntimeConfig::new(dir).log_sink(logs.sink()))
+        .await
+        .unwrap();
+    until(
+        "the running version to reconcile every key",
+        Duration::from_secs(60),
+        || plugin_status(&runtime, "ctl").reconciles >= KEYS as u64,
+    )
+    .await;
+    runtime
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_at_20_percent_owns_a_fifth_of_the_keys_and_each_change_is_reconciled_by_exactly_one_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server, client) = config_map_cluster().await;
+    let logs = Logs::default();
+    let runtime = running_controller(d, client, &logs).await;
+
+    let canary = format!(
+        "{}[rollout]\nmode = \"canary\"\npercent = 20\n",
+        reconciler_manifest("next", "")
+    );
+    publish(d, "ctl.next.toml", canary.as_bytes());
+    publish(d, "ctl.next.wasm", &variant(&reconciler(), 1));
+    runtime.rescan().await;
+    until(
+        "the canary to run beside the running version",
+        Duration::from_secs(60),
+        || {
+            let (live, next) = (plugin_status(&runtime, "ctl"), plugin_status(&runtime, "ctl.next"));
+            live.rollout.is_some() && next.state == PluginState::Running
+        },
+    )
+    .await;
+    // Both versions queue every key when the split starts; let them settle.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let versions = change_every_key(&server, 1);
+    until("every change to be reconciled", Duration::from_secs(60), || {
+        reconciled_at(&logs, "ctl", &versions).len() + reconciled_at(&logs, "ctl.next", &versions).len() >= KEYS
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (live, next) = (
+        reconciled_at(&logs, "ctl", &versions),
+        reconciled_at(&logs, "ctl.next", &versions),
+    );
+    for key in versions.keys() {
+        let by = (
+            live.iter().filter(|k| *k == key).count(),
+            next.iter().filter(|k| *k == key).count(),
+        );
+        let expected = if next_owns(key, 20) { (0, 1) } else { (1, 0) };
+        assert_eq!(by, expected, "{key}: reconciled (running, canary) times");
+    }
+    assert!(
+        (30..=50).contains(&next.len()),
+        "the canary reconciled {} of {KEYS} keys at 20%",
+        next.len()
+    );
+    let report = plugin_status(&runtime, "ctl").rollout.unwrap();
+    assert_eq!((report.percent, report.rolled_back.as_deref()), (20, None));
+    assert!(report.next.calls >= next.len() as u64, "{report:?}");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_version_failing_every_third_key_is_rolled_back_and_the_running_version_takes_every_key_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server, client) = config_map_cluster().await;
+    let logs = Logs::default();
+    let runtime = running_controller(d, client, &logs).await;
+
+    let failing = format!(
+        "{}[rollout]\nmode = \"canary\"\npercent = 50\nmin-calls = 6\nwindow-seconds = 60\n",
+        reconciler_manifest("next", ",fail-every=3")
+    );
+    let next_file = variant(&reconciler(), 2);
+    publish(d, "ctl.next.toml", failing.as_bytes());
+    publish(d, "ctl.next.wasm", &next_file);
+    runtime.rescan().await;
+    until("the failing canary to be rolled back", Duration::from_secs(60), || {
+        plugin_status(&runtime, "ctl")
+            .rollout
+            .is_some_and(|report| report.rolled_back.is_some())
+    })
+    .await;
+    let report = plugin_status(&runtime, "ctl").rollout.unwrap();
+    let reason = report.rolled_back.clone().unwrap();
+    assert!(reason.starts_with("error rate 3"), "{reason}");
+    assert!(report.next.errors > 0 && report.live.errors == 0, "{report:?}");
+    until("the rolled back version to stop", Duration::from_secs(10), || {
+        plugin_status(&runtime, "ctl.next").state == PluginState::Quarantined
+    })
+    .await;
+    let next = plugin_status(&runtime, "ctl.next");
+    assert_eq!(next.rejected_digest, Some(digest(&next_file)));
+    assert!(
+        next.last_error
+            .as_deref()
+            .unwrap()
+            .starts_with("rolled back: error rate")
+    );
+
+    // Not tried again until its file changes.
+    runtime.rescan().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(plugin_status(&runtime, "ctl.next").state, PluginState::Quarantined);
+
+    // No key is lost: the running version reconciles every change.
+    let versions = change_every_key(&server, 1);
+    until(
+        "the running version to reconcile every change",
+        Duration::from_secs(60),
+        || reconciled_at(&logs, "ctl", &versions).len() >= KEYS,
+    )
+    .await;
+    assert!(reconciled_at(&logs, "ctl.next", &versions).is_empty());
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_share_of_0_leaves_every_key_to_the_running_version_and_100_takes_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server, client) = config_map_cluster().await;
+    let logs = Logs::default();
+    let runtime = running_controller(d, client, &logs).await;
+    let next_file = variant(&reconciler(), 3);
+    for (round, percent) in [(1, 0), (2, 100)] {
+        let canary = format!(
+            "{}[rollout]\nmode = \"canary\"\npercent = {percent}\n",
+            reconciler_manifest(&format!("next{percent}"), "")
+        );
+        publish(d, "ctl.next.toml", canary.as_bytes());
+        publish(d, "ctl.next.wasm", &next_file);
+        runtime.rescan().await;
+        until(
+            &format!("the canary at {percent}% to run"),
+            Duration::from_secs(60),
+            || {
+                plugin_status(&runtime, "ctl")
+                    .rollout
+                    .is_some_and(|report| report.percent == percent)
+                    && plugin_status(&runtime, "ctl.next").state == PluginState::Running
+            },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let versions = change_every_key(&server, round);
+        let owner = if percent == 0 { "ctl" } else { "ctl.next" };
+        let other = if percent == 0 { "ctl.next" } else { "ctl" };
+        until(
+            &format!("{owner} to reconcile every change at {percent}%"),
+            Duration::from_secs(60),
+            || reconciled_at(&logs, owner, &versions).len() >= KEYS,
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            reconciled_at(&logs, other, &versions).is_empty(),
+            "{other} at {percent}%"
+        );
+    }
+    // A share past 100 is refused; the canary at 100% keeps running.
+    let broken = format!(
+        "{}[rollout]\nmode = \"canary\"\npercent = 101\n",
+        reconciler_manifest("x", "")
+    );
+    publish(d, "ctl.next.toml", broken.as_bytes());
+    runtime.rescan().await;
+    until("the broken manifest to be reported", Duration::from_secs(10), || {
+        plugin_status(&runtime, "ctl.next")
+            .load_error
+            .is_some_and(|error| error.contains("rollout.percent is 101: must be 0 to 100"))
+    })
+    .await;
+    assert_eq!(plugin_status(&runtime, "ctl.next").state, PluginState::Running);
+    // Abort: the next version's files go, the running version owns every key.
+    std::fs::remove_file(d.join("ctl.next.wasm")).unwrap();
+    std::fs::remove_file(d.join("ctl.next.toml")).unwrap();
+    runtime.rescan().await;
+    let versions = change_every_key(&server, 3);
+    until(
+        "the running version to reconcile every change after the abort",
+        Duration::from_secs(60),
+        || reconciled_at(&logs, "ctl", &versions).len() >= KEYS,
+    )
+    .await;
+    assert!(plugin_status(&runtime, "ctl").rollout.is_none());
+    runtime.shutdown().await;
+}
+
+/// hpa-controller's shipped manifest with a 1 s sync and the given window.
+fn hpa_manifest(stabilization_seconds: u32) -> String {
+    include_str!("../../plugins/hpa-controller/manifest.toml").replace(
+        "config = \"sync-seconds=5,stabilization-seconds=30\"",
+        &format!("config = \"sync-seconds=1,stabilization-seconds={stabilization_seconds}\""),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_with_a_shorter_window_differs_only_on_scale_downs_and_persists_no_write() {
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), "hpa", "hpa-controller.wasm", Some(&hpa_manifest(30)));
+    let shadow = format!("{}\n[rollout]\nmode = \"shadow\"\n", hpa_manifest(5));
+    install(dir.path(), "hpa.next", "hpa-controller.wasm", Some(&shadow));
+    let (server, client) = quiet().await;
+    let runtime = Runtime::start(client, RuntimeConfig::new(dir.path())).await.unwrap();
+    until(
+        "the shadow to run beside the running version",
+        Duration::from_secs(60),
+        || plugin_status(&runtime, "hpa").rollout.is_some(),
+    )
+    .await;
+
+    // Scaling up, both versions write the same.
+    under_load(&server, 240, "a scale-up", || replicas(&server).0 >= 4).await;
+    until("the shadow to compare a few calls", Duration::from_secs(30), || {
+        plugin_status(&runtime, "hpa")
+            .rollout
+            .is_some_and(|report| report.total_compared() >= 3)
+    })
+    .await;
+    let report = plugin_status(&runtime, "hpa").rollout.unwrap();
+    assert!(report.differences.is_empty(), "{:#?}", report.differences);
+    let scaled_to = replicas(&server).0;
+
+    // Load falls: after 5 s the shadow would scale down; the running version
+    // holds for 30 s.
+    under_load(&server, 20, "the shadow to differ on the scale-down", || {
+        plugin_status(&runtime, "hpa").rollout.is_some_and(|report| {
+            report.differences.iter().any(|difference| {
+                difference
+                    .differences
+                    .iter()
+                    .any(|d| d.target == "patch apps/v1/Deployment/scale ns-0/app-0")
+            })
+        })
+    })
+    .await;
+    let report = plugin_status(&runtime, "hpa").rollout.unwrap();
+    for difference in &report.differences {
+        for each in &difference.differences {
+            let text = each.to_string();
+            assert!(
+                text.starts_with("only-shadow patch apps/v1/Deployment/scale")
+                    || text.starts_with("only-shadow event about HorizontalPodAutoscaler/ns-0/app-0 SuccessfulRescale")
+                    // The running version, holding, has no new status to write.
+                    || text.starts_with("only-shadow patch autoscaling/v2/HorizontalPodAutoscaler/status")
+                    || (text.starts_with("differs patch autoscaling/v2/HorizontalPodAutoscaler/status")
+                        && text.contains(&format!("status.desiredReplicas: {scaled_to} → "))),
+                "a difference that is not the shadow's scale-down: {text}"
+            );
+        }
+    }
+    assert_eq!(replicas(&server).0, scaled_to, "the running version holds for its 30 s");
+
+    // The server holds no write of the shadow: its writes were dry runs.
+    let shadow = plugin_status(&runtime, "hpa.next");
+    assert!(shadow.writes > 0, "{:?}", (shadow.writes, shadow.write_errors));
+    let deployment = server.store().get(&deployments(), Some("ns-0"), "app-0").unwrap();
+    let managers: Vec<String> = deployment.value["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry["manager"].as_str().map(str::to_owned))
+        .collect();
+    assert!(managers.iter().all(|manager| !manager.contains("next")), "{managers:?}");
+    let events = rescale_events(&server);
+    assert!(!events.is_empty());
+    assert!(
+        events.iter().all(|event| !event["reportingController"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("next")),
+        "an Event of the shadow persisted"
+    );
+    runtime.shutdown().await;
+}
