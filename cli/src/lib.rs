@@ -9,6 +9,7 @@ pub mod demo;
 pub mod rbac;
 pub mod recording;
 pub mod replay;
+pub mod rollout;
 pub mod scaffold;
 
 use std::collections::HashMap;

@@ -57,6 +57,7 @@ enum Command {
     Rbac(commands::rbac::Rbac),
     Record(commands::record::Record),
     Replay(commands::replay::Replay),
+    Rollout(commands::rollout::Rollout),
     New(commands::new::New),
     Check(commands::check::Check),
 }
@@ -105,6 +106,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
         Command::Rbac(command) => command.run(),
         Command::Record(command) => command.run(),
         Command::Replay(command) => command.run(),
+        Command::Rollout(command) => command.run(),
         Command::New(command) => command.run(),
         Command::Check(command) => command.run(),
     }

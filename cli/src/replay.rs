@@ -34,6 +34,14 @@
 //! resourceVersion ([`kinformer::cluster::Offline`]). Writes do not change
 //! the recorded state. Then come the replay's own lines: `ERROR` when `handle`
 //! or `reconcile` returned an error or the plugin trapped.
+//!
+//! # Comparing two versions
+//!
+//! [`compare`] pairs the calls of two replays of one recording (the same
+//! delta handled, the same key reconciled) and compares the writes each
+//! asked for as a running shadow's are compared
+//! ([`kinformer::rollout::compare`]): `DIFF what: outcome target: diff` per
+//! difference, so a CI job can gate a new version on recorded traffic.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -48,6 +56,7 @@ use kinformer::indexer::{Indexer, IndexerWriter, indexer};
 use kinformer::manifest::Manifest;
 use kinformer::plugin::{Error, LogLine, PluginEngine, PluginInstance, PluginOptions};
 use kinformer::registration::ControllerSpec;
+use kinformer::rollout::Comparison;
 use kinformer::runtime::prepare;
 use kinformer_selector::Selector;
 use kube::api::GroupVersionKind;
@@ -68,6 +77,9 @@ pub struct Outcome {
     /// Deltas of subscribed resources not handed over: their namespace is
     /// outside the grant's `namespaces`.
     pub outside_grant: u64,
+    /// Each call in order, `handle` of a delta (`Added ns/name`) or
+    /// `reconcile` of a key, with the writes it asked for.
+    pub calls: Vec<(String, Vec<WriteRecord>)>,
 }
 
 impl Outcome {
@@ -215,6 +227,8 @@ pub fn replay(
         .max()
         .unwrap_or(0);
     let writes = Arc::clone(&printed);
+    let call_writes: Arc<Mutex<Vec<WriteRecord>>> = Arc::default();
+    let this_call = Arc::clone(&call_writes);
     let writer = Cluster::offline(Offline::new(caches.caches.clone(), last_version)).writer(
         component.name(),
         manifest.grant.clone(),
@@ -222,6 +236,7 @@ pub fn replay(
         manifest.mode,
         Some(Arc::new(move |record: &WriteRecord| {
             lock(&writes).push(Printed::Write(record.clone()));
+            lock(&this_call).push(record.clone());
         })),
     );
     let logs = Arc::clone(&printed);
@@ -269,9 +284,11 @@ pub fn replay(
         },
     };
 
+    lock(&call_writes).clear();
     let mut run = Run {
         instance,
         printed: Arc::clone(&printed),
+        call_writes,
         outcome: Outcome::default(),
     };
     for recorded in recording {
@@ -329,7 +346,9 @@ impl Target {
         match self {
             Self::Handler => {
                 let handled = run.instance.handle(std::slice::from_ref(delta));
-                run.settle(handled, "handle", &format!("{} {}", delta.delta_type, delta.key()));
+                let what = format!("{} {}", delta.delta_type, delta.key());
+                run.settle(handled, "handle", &what);
+                run.called(what);
             }
             Self::Controller { spec, primary, initial } => {
                 let keys = kinformer::runtime::keys_for(delta, spec, primary);
@@ -354,6 +373,8 @@ impl Target {
 struct Run {
     instance: PluginInstance,
     printed: Lines,
+    /// The writes of the call being made.
+    call_writes: Arc<Mutex<Vec<WriteRecord>>>,
     outcome: Outcome,
 }
 
@@ -367,7 +388,14 @@ impl Run {
             self.outcome.reconciles += 1;
             let reconciled = self.instance.reconcile(&key).map(|_requeue_after| ());
             self.settle(reconciled, "reconcile", &format!("key {key}"));
+            self.called(key);
         }
+    }
+
+    /// Records the call just made and the writes it asked for.
+    fn called(&mut self, what: String) {
+        let writes = std::mem::take(&mut *lock(&self.call_writes));
+        self.outcome.calls.push((what, writes));
     }
 
     /// Counts an error or a trap of `call` on `what`, and says so.
@@ -387,6 +415,82 @@ impl Run {
         };
         lock(&self.printed).push(Printed::Failed(line));
     }
+}
+
+/// Two versions' replays of one recording, call by call.
+#[derive(Debug, Default)]
+pub struct Compared {
+    /// Calls compared, by outcome.
+    pub outcomes: std::collections::BTreeMap<&'static str, u64>,
+    /// The calls whose writes differ: what was called, and how.
+    pub differences: Vec<(String, Comparison)>,
+}
+
+impl Compared {
+    /// One line per difference, `DIFF what: outcome target[: diff]`.
+    #[must_use]
+    pub fn lines(&self) -> Vec<String> {
+        self.differences
+            .iter()
+            .flat_map(|(what, comparison)| {
+                comparison
+                    .differences
+                    .iter()
+                    .map(move |difference| format!("DIFF {what}: {difference}"))
+            })
+            .collect()
+    }
+
+    /// The last line: calls compared and how.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        let count = |outcome: &str| self.outcomes.get(outcome).copied().unwrap_or(0);
+        let total: u64 = self.outcomes.values().sum();
+        format!(
+            "compared {total} calls: {} same, {} differ, {} only in the first, {} only in the second",
+            count("same"),
+            count("differs"),
+            count("only-live"),
+            count("only-shadow")
+        )
+    }
+
+    /// 0 when every call wrote the same, 1 otherwise.
+    #[must_use]
+    pub fn exit_code(&self) -> u8 {
+        u8::from(!self.differences.is_empty())
+    }
+}
+
+/// Compares the writes of two replays of one recording, call by call: a
+/// call of the first is paired with the same call (same delta, same key) of
+/// the second, in order; a call only one of them made compares with none.
+#[must_use]
+pub fn compare(first: &Outcome, second: &Outcome) -> Compared {
+    let mut others: std::collections::BTreeMap<&str, std::collections::VecDeque<&[WriteRecord]>> =
+        std::collections::BTreeMap::new();
+    for (what, writes) in &second.calls {
+        others.entry(what.as_str()).or_default().push_back(writes);
+    }
+    let mut compared = Compared::default();
+    let mut record = |what: &str, comparison: Comparison| {
+        *compared.outcomes.entry(comparison.outcome().as_str()).or_default() += 1;
+        if !comparison.differences.is_empty() {
+            compared.differences.push((what.to_owned(), comparison));
+        }
+    };
+    for (what, writes) in &first.calls {
+        let other = others
+            .get_mut(what.as_str())
+            .and_then(std::collections::VecDeque::pop_front);
+        record(what, kinformer::rollout::compare(writes, other.unwrap_or_default()));
+    }
+    for (what, left) in others {
+        for writes in left {
+            record(what, kinformer::rollout::compare(&[], writes));
+        }
+    }
+    compared
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -12,7 +12,7 @@ use apiserver_sim::store::ResourceId;
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_cli::recording::{self, parse_resource};
-use kinformer_cli::replay::{Outcome, replay};
+use kinformer_cli::replay::{Outcome, compare, replay};
 use kinformer_tests::engine;
 use kinformer_tests::guest::{Language, World, compile_cache, component, root};
 use kinformer_tests::runtime::{Logged, Logs, caught_up, cluster, install, server_changes, until};
@@ -159,6 +159,12 @@ fn a_plugin_that_traps_on_replay_exits_non_zero() {
 /// (`ns-0/app-0`, 2 pods, an HPA targeting 60% cpu) runs at 120% of its
 /// pods' cpu requests, as their PodMetrics say.
 async fn loaded_cluster_recording() -> (apiserver_sim::ApiServer, Vec<u8>) {
+    cluster_recording(240).await
+}
+
+/// A recording of a quiet cluster whose 2 pods each use `millicores` of
+/// their 200m request.
+async fn cluster_recording(millicores: u32) -> (apiserver_sim::ApiServer, Vec<u8>) {
     let workload = Workload::default().seed(7).size(1, 1, 2).changes_per_second(0.0);
     let (server, churn, client) = cluster(&workload).await;
     churn.abort();
@@ -168,7 +174,7 @@ async fn loaded_cluster_recording() -> (apiserver_sim::ApiServer, Vec<u8>) {
     for pod in running {
         server
             .metrics()
-            .set_pod_cpu(pod.namespace.as_deref().unwrap(), &pod.name, 240);
+            .set_pod_cpu(pod.namespace.as_deref().unwrap(), &pod.name, millicores);
     }
     // PodMetrics cannot be watched: the recorder lists them.
     let resources = [
@@ -369,4 +375,50 @@ fn a_javascript_writer_replayed_prints_its_writes_and_sees_a_refused_one_as_an_e
         .collect();
     assert_eq!(printed.lines().collect::<Vec<_>>(), expected);
     assert_eq!((outcome.delivered, outcome.errors, outcome.exit_code()), (2, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_compare_prints_where_two_controller_versions_write_differently_and_nothing_for_one() {
+    // 2 pods at 65% of their request against a 60% target: 8% over, within
+    // the default tolerance of 10%, outside one of 5%.
+    let (_server, recorded) = cluster_recording(130).await;
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = include_str!("../../plugins/hpa-controller/manifest.toml");
+    install(dir.path(), "hpa", "hpa-controller.wasm", Some(manifest));
+    let tight = manifest.replace("stabilization-seconds=30", "stabilization-seconds=30,tolerance=0.05");
+    install(dir.path(), "tight", "hpa-controller.wasm", Some(&tight));
+    let deltas = recording::read(&recorded[..]).unwrap();
+    let run = |name: &str| {
+        let plugin = dir.path().join(format!("{name}.wasm"));
+        replay(&plugin, &deltas, None, engine(), &mut std::io::sink()).unwrap()
+    };
+    let (running, next) = (run("hpa"), run("tight"));
+
+    let compared = compare(&running, &next);
+    let lines = compared.lines();
+    assert_eq!(compared.exit_code(), 1, "{lines:#?}");
+    assert!(
+        lines.contains(&"DIFF ns-0/app-0: only-shadow patch apps/v1/Deployment/scale ns-0/app-0".to_owned()),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.contains(
+            &"DIFF ns-0/app-0: only-shadow event about HorizontalPodAutoscaler/ns-0/app-0 SuccessfulRescale".to_owned()
+        ),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|line| line
+            .starts_with("DIFF ns-0/app-0: differs patch autoscaling/v2/HorizontalPodAutoscaler/status ns-0/app-0: ")
+            && line.contains("status.desiredReplicas: 2 → 3")),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        compared.summary(),
+        "compared 1 calls: 0 same, 1 differ, 0 only in the first, 0 only in the second"
+    );
+
+    let again = compare(&running, &run("hpa"));
+    assert!(again.lines().is_empty(), "{:#?}", again.lines());
+    assert_eq!((again.exit_code(), again.outcomes.get("same")), (0, Some(&1)));
 }

@@ -9,6 +9,7 @@ pub(crate) mod new;
 pub(crate) mod rbac;
 pub(crate) mod record;
 pub(crate) mod replay;
+pub(crate) mod rollout;
 pub(crate) mod run;
 #[cfg(feature = "emulation")]
 pub(crate) mod sim;

@@ -26,8 +26,11 @@
 //! False with reason `FailedGetResourceMetric` and a Warning Event says why,
 //! as the Kubernetes HPA controller reports it.
 //!
-//! Config: options separated by commas: `sync-seconds=N` (default 15) and
-//! `stabilization-seconds=N` (overrides the HPAs' scale-down window).
+//! Config: options separated by commas: `sync-seconds=N` (default 15),
+//! `stabilization-seconds=N` (overrides the HPAs' scale-down window) and
+//! `tolerance=F` (how far from 1 the usage ratio may be before scaling;
+//! default 0.1, kube-controller-manager's
+//! `--horizontal-pod-autoscaler-tolerance`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -53,6 +56,7 @@ const TARGET_INDEX: &str = "target";
 struct HpaController {
     sync: Duration,
     stabilization: Option<Duration>,
+    tolerance: f64,
     /// Recent recommendations per HPA, oldest first.
     recommendations: BTreeMap<String, VecDeque<(Instant, i32)>>,
 }
@@ -62,6 +66,7 @@ impl Controller for HpaController {
         let mut controller = Self {
             sync: Duration::from_secs(15),
             stabilization: None,
+            tolerance: TOLERANCE,
             recommendations: BTreeMap::new(),
         };
         for option in config.split(',').filter(|option| !option.is_empty()) {
@@ -74,6 +79,13 @@ impl Controller for HpaController {
             match option.split_once('=') {
                 Some(("sync-seconds", value)) => controller.sync = seconds(value)?,
                 Some(("stabilization-seconds", value)) => controller.stabilization = Some(seconds(value)?),
+                Some(("tolerance", value)) => {
+                    controller.tolerance = value
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|tolerance| (0.0..1.0).contains(tolerance))
+                        .ok_or_else(|| Error::msg(format!("bad option {option:?}: want a fraction from 0 to 1")))?;
+                }
                 _ => return Err(Error::msg(format!("unknown option {option:?}"))),
             }
         }
@@ -106,7 +118,7 @@ impl Controller for HpaController {
         };
         let now = Instant::now();
         let window = self.stabilization.unwrap_or_else(|| scale_down_window(&hpa));
-        let recommended = measured.recommend(&hpa);
+        let recommended = measured.recommend(&hpa, self.tolerance);
         let history = self.recommendations.entry(request.key.clone()).or_default();
         let desired = stabilize(history, now, window, recommended, measured.current);
         let rescaled = desired != measured.current;
@@ -171,10 +183,10 @@ struct Measured {
 
 impl Measured {
     /// The replica count the HPA algorithm recommends, before stabilization.
-    fn recommend(&self, hpa: &HorizontalPodAutoscaler) -> i32 {
+    fn recommend(&self, hpa: &HorizontalPodAutoscaler, tolerance: f64) -> i32 {
         let spec = &hpa.spec;
         let ratio = self.usage as f64 / self.requests as f64 * 100.0 / f64::from(self.target);
-        let mut desired = if (ratio - 1.0).abs() <= TOLERANCE {
+        let mut desired = if (ratio - 1.0).abs() <= tolerance {
             self.current
         } else {
             (ratio * self.ready as f64).ceil() as i32
@@ -184,7 +196,7 @@ impl Measured {
             // brings the ratio within tolerance (or reverses it), hold.
             let adjusted =
                 self.usage as f64 / (self.requests + self.unready_requests) as f64 * 100.0 / f64::from(self.target);
-            desired = if adjusted <= 1.0 + TOLERANCE {
+            desired = if adjusted <= 1.0 + tolerance {
                 self.current
             } else {
                 (adjusted * (self.ready + self.unready) as f64).ceil() as i32
@@ -495,7 +507,7 @@ mod tests {
     fn recommend(current: i32, pods: &[(Pod, Option<i64>)], min: i32, max: i32) -> i32 {
         measure_pods("web", current, 50, pods)
             .expect("measurable")
-            .recommend(&hpa(min, max))
+            .recommend(&hpa(min, max), TOLERANCE)
     }
 
     #[test]
@@ -509,6 +521,9 @@ mod tests {
     fn within_the_tolerance_nothing_changes() {
         let pods = vec![pod(true, Some(54)); 4];
         assert_eq!(recommend(4, &pods, 1, 10), 4);
+        // A tighter tolerance acts on the same 8% over the target.
+        let measured = measure_pods("web", 4, 50, &pods).expect("measurable");
+        assert_eq!(measured.recommend(&hpa(1, 10), 0.05), 5);
     }
 
     #[test]
