@@ -10,11 +10,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use apiserver_sim::store::{Filter, ListOptions, ResourceId};
+use apiserver_sim::workload::Workload;
 use apiserver_sim::{ApiServer, SimConfig};
 use kinformer::plugin::digest;
 use kinformer::rollout::next_owns;
 use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
-use kinformer_tests::runtime::{Logs, install, plugin_status, publish, quick_manifest, until};
+use kinformer_tests::runtime::{
+    Logged, Logs, assert_record_matches_server, caught_up, cluster, install, plugin_status, publish, quick_manifest,
+    server_changes, until,
+};
 
 use super::hpa::{deployments, quiet, replicas, rescale_events, under_load};
 use plugin_artifacts::variant;
@@ -97,6 +101,23 @@ fn reconciled_at(logs: &Logs, name: &str, versions: &BTreeMap<String, String>) -
         .collect()
 }
 
+/// Waits until `name` reconciled every key at its version in `versions`.
+async fn every_change_reconciled_by(logs: &Logs, name: &str, versions: &BTreeMap<String, String>, what: &str) {
+    until(what, Duration::from_secs(60), || {
+        reconciled_at(logs, name, versions).len() >= KEYS
+    })
+    .await;
+}
+
+/// Places the next version `ctl.next`: the reconciler labelled `label` with
+/// `options`, under `[rollout]` lines `rollout`; and rescans.
+async fn place_next(runtime: &Runtime, dir: &Path, label: &str, options: &str, rollout: &str, file: &[u8]) {
+    let manifest = format!("{}[rollout]\n{rollout}", reconciler_manifest(label, options));
+    publish(dir, "ctl.next.toml", manifest.as_bytes());
+    publish(dir, "ctl.next.wasm", file);
+    runtime.rescan().await;
+}
+
 /// Starts `ctl` alone and waits until it reconciled every key.
 async fn running_controller(dir: &Path, client: kube::Client, logs: &Logs) -> Runtime {
     publish(dir, "ctl.toml", reconciler_manifest("live", "").as_bytes());
@@ -114,20 +135,15 @@ async fn running_controller(dir: &Path, client: kube::Client, logs: &Logs) -> Ru
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_canary_at_20_percent_owns_a_fifth_of_the_keys_and_each_change_is_reconciled_by_exactly_one_version() {
+async fn a_canary_at_20_percent_owns_a_fifth_of_the_keys_through_a_swap_a_restart_and_its_promotion() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (server, client) = config_map_cluster().await;
     let logs = Logs::default();
     let runtime = running_controller(d, client, &logs).await;
 
-    let canary = format!(
-        "{}[rollout]\nmode = \"canary\"\npercent = 20\n",
-        reconciler_manifest("next", "")
-    );
-    publish(d, "ctl.next.toml", canary.as_bytes());
-    publish(d, "ctl.next.wasm", &variant(&reconciler(), 1));
-    runtime.rescan().await;
+    let canary = "mode = \"canary\"\npercent = 20\n";
+    place_next(&runtime, d, "next", "", canary, &variant(&reconciler(), 1)).await;
     until(
         "the canary to run beside the running version",
         Duration::from_secs(60),
@@ -140,15 +156,77 @@ async fn a_canary_at_20_percent_owns_a_fifth_of_the_keys_and_each_change_is_reco
     // Both versions queue every key when the split starts; let them settle.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let versions = change_every_key(&server, 1);
-    until("every change to be reconciled", Duration::from_secs(60), || {
-        reconciled_at(&logs, "ctl", &versions).len() + reconciled_at(&logs, "ctl.next", &versions).len() >= KEYS
+    let next = split_holds(&server, &logs, 1).await;
+    assert!(
+        (30..=50).contains(&next),
+        "the canary reconciled {next} of {KEYS} keys at 20%"
+    );
+    let report = plugin_status(&runtime, "ctl").rollout.unwrap();
+    assert_eq!((report.percent, report.rolled_back.as_deref()), (20, None));
+    assert!(report.next.calls >= next as u64, "{report:?}");
+
+    // The running file replaced during the canary: the split holds.
+    publish(d, "ctl.toml", reconciler_manifest("live2", "").as_bytes());
+    publish(d, "ctl.wasm", &variant(&reconciler(), 5));
+    runtime.rescan().await;
+    until("the new running version to swap in", Duration::from_secs(60), || {
+        plugin_status(&runtime, "ctl").reloads >= 1
     })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(split_holds(&server, &logs, 2).await, next);
+    runtime.shutdown().await;
+
+    // The host restarted: it resumes the same split from the files.
+    let runtime = Runtime::start(
+        kube::Client::try_from(server.client_config()).unwrap(),
+        RuntimeConfig::new(d).log_sink(logs.sink()),
+    )
+    .await
+    .unwrap();
+    until("the canary to resume after a restart", Duration::from_secs(60), || {
+        plugin_status(&runtime, "ctl").rollout.is_some()
+            && plugin_status(&runtime, "ctl.next").state == PluginState::Running
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(split_holds(&server, &logs, 3).await, next);
+
+    // Promotion: the next version's files become the running one's.
+    std::fs::rename(d.join("ctl.next.wasm"), d.join("ctl.wasm")).unwrap();
+    std::fs::rename(d.join("ctl.next.toml"), d.join("ctl.toml")).unwrap();
+    runtime.rescan().await;
+    until("the promoted version to run alone", Duration::from_secs(60), || {
+        let status = plugin_status(&runtime, "ctl");
+        status.rollout.is_none() && status.running_digest == Some(digest(&variant(&reconciler(), 1)))
+    })
+    .await;
+    let versions = change_every_key(&server, 4);
+    every_change_reconciled_by(
+        &logs,
+        "ctl",
+        &versions,
+        "the promoted version to reconcile every change",
+    )
+    .await;
+    runtime.shutdown().await;
+}
+
+/// Changes every key (round `round`) and checks that each change was
+/// reconciled exactly once, by the canary when its 20% share owns the key
+/// and by the running version otherwise; returns how many the canary took.
+async fn split_holds(server: &ApiServer, logs: &Logs, round: u32) -> usize {
+    let versions = change_every_key(server, round);
+    until(
+        &format!("every change of round {round} to be reconciled"),
+        Duration::from_secs(60),
+        || reconciled_at(logs, "ctl", &versions).len() + reconciled_at(logs, "ctl.next", &versions).len() >= KEYS,
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (live, next) = (
-        reconciled_at(&logs, "ctl", &versions),
-        reconciled_at(&logs, "ctl.next", &versions),
+        reconciled_at(logs, "ctl", &versions),
+        reconciled_at(logs, "ctl.next", &versions),
     );
     for key in versions.keys() {
         let by = (
@@ -156,17 +234,9 @@ async fn a_canary_at_20_percent_owns_a_fifth_of_the_keys_and_each_change_is_reco
             next.iter().filter(|k| *k == key).count(),
         );
         let expected = if next_owns(key, 20) { (0, 1) } else { (1, 0) };
-        assert_eq!(by, expected, "{key}: reconciled (running, canary) times");
+        assert_eq!(by, expected, "round {round}, {key}: reconciled (running, canary) times");
     }
-    assert!(
-        (30..=50).contains(&next.len()),
-        "the canary reconciled {} of {KEYS} keys at 20%",
-        next.len()
-    );
-    let report = plugin_status(&runtime, "ctl").rollout.unwrap();
-    assert_eq!((report.percent, report.rolled_back.as_deref()), (20, None));
-    assert!(report.next.calls >= next.len() as u64, "{report:?}");
-    runtime.shutdown().await;
+    next.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,14 +247,9 @@ async fn a_next_version_failing_every_third_key_is_rolled_back_and_the_running_v
     let logs = Logs::default();
     let runtime = running_controller(d, client, &logs).await;
 
-    let failing = format!(
-        "{}[rollout]\nmode = \"canary\"\npercent = 50\nmin-calls = 6\nwindow-seconds = 60\n",
-        reconciler_manifest("next", ",fail-every=3")
-    );
+    let failing = "mode = \"canary\"\npercent = 50\nmin-calls = 6\nwindow-seconds = 60\n";
     let next_file = variant(&reconciler(), 2);
-    publish(d, "ctl.next.toml", failing.as_bytes());
-    publish(d, "ctl.next.wasm", &next_file);
-    runtime.rescan().await;
+    place_next(&runtime, d, "next", ",fail-every=3", failing, &next_file).await;
     until("the failing canary to be rolled back", Duration::from_secs(60), || {
         plugin_status(&runtime, "ctl")
             .rollout
@@ -215,12 +280,7 @@ async fn a_next_version_failing_every_third_key_is_rolled_back_and_the_running_v
 
     // No key is lost: the running version reconciles every change.
     let versions = change_every_key(&server, 1);
-    until(
-        "the running version to reconcile every change",
-        Duration::from_secs(60),
-        || reconciled_at(&logs, "ctl", &versions).len() >= KEYS,
-    )
-    .await;
+    every_change_reconciled_by(&logs, "ctl", &versions, "the running version to reconcile every change").await;
     assert!(reconciled_at(&logs, "ctl.next", &versions).is_empty());
     runtime.shutdown().await;
 }
@@ -234,13 +294,8 @@ async fn a_canary_share_of_0_leaves_every_key_to_the_running_version_and_100_tak
     let runtime = running_controller(d, client, &logs).await;
     let next_file = variant(&reconciler(), 3);
     for (round, percent) in [(1, 0), (2, 100)] {
-        let canary = format!(
-            "{}[rollout]\nmode = \"canary\"\npercent = {percent}\n",
-            reconciler_manifest(&format!("next{percent}"), "")
-        );
-        publish(d, "ctl.next.toml", canary.as_bytes());
-        publish(d, "ctl.next.wasm", &next_file);
-        runtime.rescan().await;
+        let canary = format!("mode = \"canary\"\npercent = {percent}\n");
+        place_next(&runtime, d, &format!("next{percent}"), "", &canary, &next_file).await;
         until(
             &format!("the canary at {percent}% to run"),
             Duration::from_secs(60),
@@ -269,12 +324,7 @@ async fn a_canary_share_of_0_leaves_every_key_to_the_running_version_and_100_tak
         );
     }
     // A share past 100 is refused; the canary at 100% keeps running.
-    let broken = format!(
-        "{}[rollout]\nmode = \"canary\"\npercent = 101\n",
-        reconciler_manifest("x", "")
-    );
-    publish(d, "ctl.next.toml", broken.as_bytes());
-    runtime.rescan().await;
+    place_next(&runtime, d, "x", "", "mode = \"canary\"\npercent = 101\n", &next_file).await;
     until("the broken manifest to be reported", Duration::from_secs(10), || {
         plugin_status(&runtime, "ctl.next")
             .load_error
@@ -287,10 +337,11 @@ async fn a_canary_share_of_0_leaves_every_key_to_the_running_version_and_100_tak
     std::fs::remove_file(d.join("ctl.next.toml")).unwrap();
     runtime.rescan().await;
     let versions = change_every_key(&server, 3);
-    until(
+    every_change_reconciled_by(
+        &logs,
+        "ctl",
+        &versions,
         "the running version to reconcile every change after the abort",
-        Duration::from_secs(60),
-        || reconciled_at(&logs, "ctl", &versions).len() >= KEYS,
     )
     .await;
     assert!(plugin_status(&runtime, "ctl").rollout.is_none());
@@ -321,6 +372,8 @@ async fn a_shadow_with_a_shorter_window_differs_only_on_scale_downs_and_persists
     .await;
 
     // Scaling up, both versions write the same.
+    // The shadow is answered the running version's reads of the metrics
+    // API in the same call: the usage it decides on is the same.
     under_load(&server, 240, "a scale-up", || replicas(&server).0 >= 4).await;
     until("the shadow to compare a few calls", Duration::from_secs(30), || {
         plugin_status(&runtime, "hpa")
@@ -382,5 +435,101 @@ async fn a_shadow_with_a_shorter_window_differs_only_on_scale_downs_and_persists
             .contains("next")),
         "an Event of the shadow persisted"
     );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadows_that_loop_trap_flood_or_write_outside_their_grant_are_rolled_back_and_reach_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let shadow = |config: &str, extra: &str| {
+        format!("config = \"{config}\"\n{extra}\n[failures]\nrestart-backoff-ms = 20\n[rollout]\nmode = \"shadow\"\n")
+    };
+    let recorder = "config = \"v1/Pod\"\n[limits]\nlog-lines-per-second = 1000000\n";
+    let writes = "[[grant.write]]\nverbs = [\"create\", \"patch\"]\nresources = [\"v1/ConfigMap\"]\n";
+    // Each running version records every pod delta; beside each, a shadow
+    // that misbehaves.
+    for (name, file, config, extra) in [
+        ("looping", "hostile.wasm", "loop", "[limits]\ncall-timeout-ms = 100"),
+        ("trapping", "hostile.wasm", "trap-every-3rd", ""),
+        ("flooding", "writer.wasm", "flood:ns-0", writes),
+        ("ungranted", "writer.wasm", "flood:ns-1", ""),
+    ] {
+        install(d, name, "delta-logger.wasm", Some(recorder));
+        install(d, &format!("{name}.next"), file, Some(&shadow(config, extra)));
+    }
+    let workload = Workload::default().seed(3).size(2, 2, 2).changes_per_second(200.0);
+    let (server, churn, client) = cluster(&workload).await;
+    let logs = Logs::default();
+    let runtime = Runtime::start(client, RuntimeConfig::new(d).log_sink(logs.sink()))
+        .await
+        .unwrap();
+    for (name, reason) in [
+        ("looping", "traps"),
+        ("trapping", "traps"),
+        ("flooding", "refused writes"),
+        ("ungranted", "refused writes"),
+    ] {
+        until(
+            &format!("the {name} shadow to be rolled back"),
+            Duration::from_secs(60),
+            || {
+                plugin_status(&runtime, name)
+                    .rollout
+                    .and_then(|report| report.rolled_back)
+                    .is_some_and(|why| why.contains(reason))
+            },
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    churn.abort();
+    let pods = ResourceId::new("", "v1", "pods");
+    for name in ["looping", "trapping", "flooding", "ungranted"] {
+        let record = || {
+            logs.of(name)
+                .iter()
+                .filter_map(|line| Logged::parse_delta_logger(line))
+                .collect()
+        };
+        caught_up(&server, &pods, record).await;
+        assert_record_matches_server(&record(), &server_changes(&server, &pods));
+        let running = plugin_status(&runtime, name);
+        assert_eq!((running.traps, running.errors, running.restarts), (0, 0, 0), "{name}");
+        assert_eq!(
+            plugin_status(&runtime, &format!("{name}.next")).state,
+            PluginState::Quarantined
+        );
+    }
+    // The flood was sent as dry runs only; the ungranted writes were refused.
+    let flood = server.store().get(&config_maps(), Some("ns-0"), "flood");
+    assert!(flood.is_err(), "a shadow's write persisted");
+    let flooding = plugin_status(&runtime, "flooding.next");
+    assert!(flooding.writes > 0, "no dry run reached the server");
+    assert!(server.store().get(&config_maps(), Some("ns-1"), "flood").is_err());
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_version_that_does_not_load_leaves_every_key_to_the_running_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server, client) = config_map_cluster().await;
+    let logs = Logs::default();
+    let runtime = running_controller(d, client, &logs).await;
+    let canary = "mode = \"canary\"\npercent = 50\n";
+    place_next(&runtime, d, "next", "", canary, b"\0asm but not a component").await;
+    until(
+        "the broken next version to be reported",
+        Duration::from_secs(30),
+        || {
+            let next = plugin_status(&runtime, "ctl.next");
+            next.state == PluginState::Failed && next.load_error.is_some()
+        },
+    )
+    .await;
+    assert!(plugin_status(&runtime, "ctl").rollout.is_none());
+    let versions = change_every_key(&server, 1);
+    every_change_reconciled_by(&logs, "ctl", &versions, "the running version to reconcile every change").await;
     runtime.shutdown().await;
 }

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Instant, SystemTime};
 
-use crate::cluster::WriteRecord;
+use crate::cluster::{CallReads, WriteRecord};
 use crate::delta::Delta;
 use crate::rate::TokenBucket;
 use crate::rollout::{Call, Comparison, Regression, Role, RolloutMode, RolloutPolicy, RolloutReport, next_owns};
@@ -69,6 +69,9 @@ pub(super) struct Mirror {
     /// When the running version started the call.
     pub(super) sent: Instant,
     pub(super) live: tokio::sync::oneshot::Receiver<Vec<WriteRecord>>,
+    /// The running version's uncached reads in the call, for the shadow to
+    /// be answered the same.
+    pub(super) reads: Arc<CallReads>,
 }
 
 /// What the running version was called with.
@@ -185,20 +188,25 @@ impl Rollout {
     }
 
     /// Hands a call of the running version to the shadow; the sender takes
-    /// what the running version wrote. `None` when the shadow is behind (the
-    /// call is counted as skipped) or there is none.
-    pub(super) fn mirror(&self, work: MirrorWork) -> Option<tokio::sync::oneshot::Sender<Vec<WriteRecord>>> {
+    /// what the running version wrote, the reads what it read. `None` when
+    /// the shadow is behind (the call is counted as skipped) or there is none.
+    pub(super) fn mirror(
+        &self,
+        work: MirrorWork,
+    ) -> Option<(tokio::sync::oneshot::Sender<Vec<WriteRecord>>, Arc<CallReads>)> {
         if self.mode() != Some(RolloutMode::Shadow) {
             return None;
         }
         let (sender, live) = tokio::sync::oneshot::channel();
+        let reads = Arc::new(CallReads::default());
         let mirror = Mirror {
             work,
             sent: Instant::now(),
             live,
+            reads: Arc::clone(&reads),
         };
         match self.mirrors.try_send(mirror) {
-            Ok(()) => Some(sender),
+            Ok(()) => Some((sender, reads)),
             Err(_) => {
                 self.skipped();
                 None

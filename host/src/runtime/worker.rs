@@ -13,6 +13,7 @@ use super::rollout::{Link, Mirror, MirrorWork, Slot};
 use super::status::{PluginState, SharedStatus, update};
 use super::version::{Feed, Version};
 use super::{BatchObserver, Error};
+use crate::cluster::SharedReads;
 use crate::delta::Delta;
 use crate::plugin::PluginInstance;
 use crate::rollout::{Call, Role, compare};
@@ -460,14 +461,19 @@ impl Worker {
     fn observed(&mut self, work: MirrorWork) -> Delivery {
         let link = self.link.clone();
         drop(self.live.take_written());
-        let live_writes = link
+        let mirrored = link
             .as_ref()
             .filter(|link| link.role == Role::Live)
             .and_then(|link| link.rollout.mirror(work.clone()));
+        if let Some((_, reads)) = &mirrored {
+            self.live.share_reads(Some(SharedReads::Record(Arc::clone(reads))));
+        }
         let delivery = self.call(&work);
         let written = self.live.take_written();
         let refusals = written.iter().filter(|write| !write.is_ok()).count();
-        if let Some(sender) = live_writes {
+        if let Some((sender, reads)) = mirrored {
+            self.live.share_reads(None);
+            reads.finish();
             let _ = sender.send(written);
         }
         if let Some(link) = link {
@@ -486,7 +492,10 @@ impl Worker {
             return Delivery::Done;
         }
         drop(self.live.take_written());
+        self.live
+            .share_reads(Some(SharedReads::Replay(Arc::clone(&mirror.reads))));
         let delivery = self.call(&mirror.work);
+        self.live.share_reads(None);
         let written = self.live.take_written();
         let refusals = written.iter().filter(|write| !write.is_ok()).count();
         link.rollout.record(Role::Next, self.call_kind(&delivery), refusals);
