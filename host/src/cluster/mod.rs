@@ -40,7 +40,7 @@ pub use audit::{WriteObserver, WriteRecord};
 pub use connection::Cluster;
 pub use events::{SERIES_WINDOW, SPAM_BURST, SPAM_REFILL};
 pub use offline::Offline;
-pub use reader::{CallReads, Read, ReadRequest, SharedReads};
+pub use reader::{Read, ReadRequest};
 pub use request::{DeleteOptions, EventType, ObjectRef, PatchType, Propagation, WriteRequest};
 pub use writer::Writer;
 

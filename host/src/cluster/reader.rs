@@ -6,7 +6,7 @@
 //! (`reads-per-second`, `read-burst`); then it is sent through discovery, under
 //! the write timeout, and its answer is cut at the plugin's `query-bytes`.
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::PoisonError;
 
 use kube::api::{DynamicObject, GetParams, GroupVersionKind, ListParams};
 use tokio::time::Instant;
@@ -105,79 +105,6 @@ impl ReadRequest {
     }
 }
 
-/// How a call's uncached reads are shared between a running version and its
-/// shadow, so that both decide on the same answers: the running version
-/// records each read; the shadow, making the same call at the same time, is
-/// answered what the running version was answered for the same request
-/// (waiting for it while that call runs), and reads for itself what the
-/// running version did not read.
-#[derive(Debug, Clone)]
-pub enum SharedReads {
-    /// Record the reads into this call's.
-    Record(Arc<CallReads>),
-    /// Answer from this call's.
-    Replay(Arc<CallReads>),
-}
-
-/// One call's uncached reads, as the running version made them.
-#[derive(Debug, Default)]
-pub struct CallReads {
-    state: Mutex<CallReadsState>,
-    changed: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct CallReadsState {
-    /// Each read, its answer, and whether the shadow was given it already.
-    reads: Vec<(ReadRequest, Result<Option<String>, WriteError>, bool)>,
-    /// The running version's call ended: no more reads come.
-    done: bool,
-}
-
-impl CallReads {
-    fn state(&self) -> std::sync::MutexGuard<'_, CallReadsState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn record(&self, request: ReadRequest, answer: Result<Option<String>, WriteError>) {
-        self.state().reads.push((request, answer, false));
-        self.changed.notify_all();
-    }
-
-    /// The running version's call ended.
-    pub fn finish(&self) {
-        self.state().done = true;
-        self.changed.notify_all();
-    }
-
-    /// The running version's answer to the same request, its first not
-    /// given yet; waits while its call runs, at most `limit`. `None` when it
-    /// made no such read.
-    fn answer(&self, request: &ReadRequest, limit: std::time::Duration) -> Option<Result<Option<String>, WriteError>> {
-        let deadline = std::time::Instant::now() + limit;
-        let mut state = self.state();
-        loop {
-            if let Some(read) = state
-                .reads
-                .iter_mut()
-                .find(|(asked, _, given)| asked == request && !given)
-            {
-                read.2 = true;
-                return Some(read.1.clone());
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if state.done || left.is_zero() {
-                return None;
-            }
-            state = self
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-}
-
 impl Writer {
     /// Reads from the API server, uncached: the object as JSON (`None` when
     /// it does not exist), or the list as the server wrote it (`items` and
@@ -221,32 +148,8 @@ impl Writer {
     ///
     /// As [`Writer::read`].
     pub fn read_blocking(&self, request: ReadRequest) -> Result<Option<String>, WriteError> {
-        let shared = self
-            .inner
-            .shared_reads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(SharedReads::Replay(reads)) = &shared {
-            request.check()?;
-            self.admit_read(&request)?;
-            if let Some(answer) = reads.answer(&request, self.inner.timeout) {
-                return answer;
-            }
-        }
         let writer = self.clone();
-        let asked = request.clone();
-        let answer = self.wait_for(async move { writer.read(asked).await });
-        if let Some(SharedReads::Record(reads)) = &shared {
-            reads.record(request, answer.clone());
-        }
-        answer
-    }
-
-    /// Shares this writer's uncached reads: records them for a shadow, or
-    /// answers from what the running version read; `None` to stop.
-    pub fn share_reads(&self, shared: Option<SharedReads>) {
-        *self.inner.shared_reads.lock().unwrap_or_else(PoisonError::into_inner) = shared;
+        self.wait_for(async move { writer.read(request).await })
     }
 
     /// The grant, then the read bucket.
@@ -326,37 +229,5 @@ pub(super) async fn send(
         Ok(text) => Ok(Some(text)),
         Err(kube::Error::Api(status)) if status.code == 404 && matches!(request.what, Read::Get(_)) => Ok(None),
         Err(error) => Err(WriteError::from_kube(&error)),
-    }
-}
-
-#[cfg(test)]
-mod shared_tests {
-    use super::*;
-
-    fn pods(namespace: &str) -> ReadRequest {
-        ReadRequest::list(
-            GroupVersionKind::gvk("metrics.k8s.io", "v1beta1", "PodMetrics"),
-            Some(namespace),
-            None,
-            0,
-        )
-    }
-
-    #[test]
-    fn a_shadow_is_answered_what_the_running_version_read_once_per_read_and_waits_for_it() {
-        let reads = Arc::new(CallReads::default());
-        let recorder = Arc::clone(&reads);
-        let running = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            recorder.record(pods("a"), Ok(Some("first".into())));
-            recorder.record(pods("a"), Ok(Some("second".into())));
-            recorder.finish();
-        });
-        let limit = std::time::Duration::from_secs(5);
-        assert_eq!(reads.answer(&pods("a"), limit), Some(Ok(Some("first".into()))));
-        assert_eq!(reads.answer(&pods("a"), limit), Some(Ok(Some("second".into()))));
-        running.join().unwrap();
-        assert_eq!(reads.answer(&pods("a"), limit), None, "read twice only");
-        assert_eq!(reads.answer(&pods("b"), limit), None, "never read");
     }
 }

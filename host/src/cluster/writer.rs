@@ -44,8 +44,6 @@ pub(super) struct WriterInner {
     pub(super) read_rate: u32,
     pub(super) reads: Mutex<TokenBucket>,
     pub(super) read_bytes: usize,
-    /// The call's uncached reads, when they are shared with a shadow.
-    pub(super) shared_reads: Mutex<Option<super::reader::SharedReads>>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -92,7 +90,6 @@ impl Writer {
                 read_rate: limits.reads_per_second,
                 reads: Mutex::new(TokenBucket::new(f64::from(limits.reads_per_second), limits.read_burst)),
                 read_bytes: limits.query_bytes,
-                shared_reads: Mutex::default(),
             }),
         }
     }

@@ -13,6 +13,7 @@ use super::bindings::kinformer::plugin::cluster::{
 };
 use super::bindings::kinformer::plugin::types::GroupVersionKind;
 use super::host::HostState;
+use super::inputs::Answer;
 use crate::cluster as host;
 
 fn from_wit_gvk(gvk: GroupVersionKind) -> kube::api::GroupVersionKind {
@@ -162,13 +163,16 @@ impl HostState {
     /// Sends an uncached read through the plugin's writer, counting the wait
     /// as time blocked in the host.
     fn read(&mut self, request: host::ReadRequest) -> Result<Option<String>, ReadError> {
-        let Some(writer) = &self.writer else {
-            return Err(ReadError::Denied("this host makes no reads from the API server".into()));
-        };
-        let started = std::time::Instant::now();
-        let result = writer.read_blocking(request);
-        self.deadline.waited(started.elapsed());
-        result.map_err(to_read_error)
+        let query = format!("read {request:?}");
+        self.shared(query, Answer::Read, Answer::read, |this| {
+            let Some(writer) = &this.writer else {
+                return Err(ReadError::Denied("this host makes no reads from the API server".into()));
+            };
+            let started = std::time::Instant::now();
+            let result = writer.read_blocking(request);
+            this.deadline.waited(started.elapsed());
+            result.map_err(to_read_error)
+        })
     }
 }
 

@@ -15,6 +15,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::bindings::kinformer::plugin::{cache, log, types};
 use super::budget::CpuBudget;
 use super::deadline::DeadlineCredit;
+use super::inputs::{Answer, SharedInputs};
 use super::log::PluginLog;
 use crate::caches::Caches;
 use crate::cluster::Writer;
@@ -50,6 +51,8 @@ pub(crate) struct HostState {
     /// Where its outbound requests go.
     outbound: Outbound,
     pub(crate) store_limits: Limiter,
+    /// The current call's inputs, when they are shared with a shadow.
+    pub(crate) inputs: Option<SharedInputs>,
 }
 
 /// The store's limits (memory, tables, instances), counting the linear
@@ -137,6 +140,7 @@ impl HostState {
             http: WasiHttpCtx::new(),
             outbound,
             store_limits: Limiter::new(store_limits),
+            inputs: None,
         }
     }
 
@@ -248,6 +252,81 @@ impl types::Host for HostState {}
 
 impl cache::Host for HostState {
     fn get(&mut self, gvk: types::GroupVersionKind, key: String) -> Result<Option<String>, cache::CacheError> {
+        let query = format!("get {}/{}/{} {key}", gvk.group, gvk.version, gvk.kind);
+        self.shared(query, Answer::Object, Answer::object, |this| this.cache_get(gvk, key))
+    }
+
+    fn list_objects(
+        &mut self,
+        gvk: types::GroupVersionKind,
+        query: cache::ListQuery,
+    ) -> Result<cache::ObjectList, cache::CacheError> {
+        let asked = format!(
+            "list {}/{}/{} {:?} {:?} {}",
+            gvk.group, gvk.version, gvk.kind, query.namespace, query.label_selector, query.limit
+        );
+        self.shared(asked, Answer::Objects, Answer::objects, |this| {
+            this.cache_list(gvk, query)
+        })
+    }
+
+    fn by_index(
+        &mut self,
+        gvk: types::GroupVersionKind,
+        index: String,
+        value: String,
+        limit: u32,
+    ) -> Result<cache::ObjectList, cache::CacheError> {
+        let query = format!(
+            "by-index {}/{}/{} {index:?} {value:?} {limit}",
+            gvk.group, gvk.version, gvk.kind
+        );
+        self.shared(query, Answer::Objects, Answer::objects, |this| {
+            this.cache_by_index(gvk, index, value, limit)
+        })
+    }
+
+    fn index_values(&mut self, gvk: types::GroupVersionKind, index: String) -> Result<Vec<String>, cache::CacheError> {
+        let query = format!("index-values {}/{}/{} {index:?}", gvk.group, gvk.version, gvk.kind);
+        self.shared(query, Answer::Values, Answer::values, |this| {
+            this.cache_index_values(gvk, index)
+        })
+    }
+}
+
+impl HostState {
+    /// Answers a host call that reads: as `read` does, unless the call's
+    /// inputs are shared with a shadow ([`SharedInputs`]): then the running
+    /// version records the answer, and the shadow is answered the running
+    /// version's for the same query (the wait is given back to its deadline).
+    pub(super) fn shared<T: Clone>(
+        &mut self,
+        query: String,
+        wrap: fn(T) -> Answer,
+        unwrap: fn(Answer) -> Option<T>,
+        read: impl FnOnce(&mut Self) -> T,
+    ) -> T {
+        match self.inputs.clone() {
+            None => read(self),
+            Some(SharedInputs::Record(call)) => {
+                let answer = read(self);
+                call.record(query, wrap(answer.clone()));
+                answer
+            }
+            Some(SharedInputs::Replay(call)) => {
+                let started = std::time::Instant::now();
+                let found = call.answer(&query, self.limits.call_timeout);
+                self.deadline.waited(started.elapsed());
+                found.and_then(unwrap).unwrap_or_else(|| read(self))
+            }
+        }
+    }
+}
+
+/// The cache queries, as the plugin's calls of `cache` reach them (through
+/// [`HostState::shared`]).
+impl HostState {
+    fn cache_get(&mut self, gvk: types::GroupVersionKind, key: String) -> Result<Option<String>, cache::CacheError> {
         check_argument("key", &key)?;
         if key.is_empty() {
             return Err(cache::CacheError::InvalidArgument("empty key".into()));
@@ -260,7 +339,7 @@ impl cache::Host for HostState {
         Ok(indexer.get(&key).map(|object| object.json().to_string()))
     }
 
-    fn list_objects(
+    fn cache_list(
         &mut self,
         gvk: types::GroupVersionKind,
         query: cache::ListQuery,
@@ -286,7 +365,7 @@ impl cache::Host for HostState {
         Ok(self.to_object_list(listing))
     }
 
-    fn by_index(
+    fn cache_by_index(
         &mut self,
         gvk: types::GroupVersionKind,
         index: String,
@@ -302,7 +381,11 @@ impl cache::Host for HostState {
         Ok(self.to_object_list(listing))
     }
 
-    fn index_values(&mut self, gvk: types::GroupVersionKind, index: String) -> Result<Vec<String>, cache::CacheError> {
+    fn cache_index_values(
+        &mut self,
+        gvk: types::GroupVersionKind,
+        index: String,
+    ) -> Result<Vec<String>, cache::CacheError> {
         check_argument("index", &index)?;
         let indexer = self.indexer(&gvk)?;
         indexer

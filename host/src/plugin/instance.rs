@@ -327,6 +327,12 @@ impl PluginInstance {
         Ok(action.requeue_after_ms.map(Duration::from_millis))
     }
 
+    /// Shares the inputs of the calls to come (cache queries, uncached
+    /// reads) with a shadow, or stops sharing them.
+    pub fn share_inputs(&mut self, inputs: Option<super::SharedInputs>) {
+        self.store.data_mut().inputs = inputs;
+    }
+
     /// The time the instance was paused for its CPU share since last asked.
     pub fn take_paused(&mut self) -> Duration {
         self.store.data_mut().budget.take_paused()

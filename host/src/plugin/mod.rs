@@ -33,6 +33,7 @@ mod deadline;
 mod engine;
 mod epoch;
 mod host;
+mod inputs;
 mod instance;
 mod log;
 mod memory;
@@ -49,6 +50,7 @@ use crate::outbound::Outbound;
 pub use compile::run_compile_process;
 pub use component::PluginComponent;
 pub use engine::{EngineOptions, PluginEngine};
+pub use inputs::{CallInputs, SharedInputs};
 pub use instance::PluginInstance;
 pub use log::{LogLine, LogSink};
 

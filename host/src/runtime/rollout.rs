@@ -7,8 +7,10 @@
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Instant, SystemTime};
 
-use crate::cluster::{CallReads, WriteRecord};
+use crate::cluster::WriteRecord;
 use crate::delta::Delta;
+use crate::grant::Grant;
+use crate::plugin::CallInputs;
 use crate::rate::TokenBucket;
 use crate::rollout::{Call, Comparison, Regression, Role, RolloutMode, RolloutPolicy, RolloutReport, next_owns};
 
@@ -69,9 +71,12 @@ pub(super) struct Mirror {
     /// When the running version started the call.
     pub(super) sent: Instant,
     pub(super) live: tokio::sync::oneshot::Receiver<Vec<WriteRecord>>,
-    /// The running version's uncached reads in the call, for the shadow to
-    /// be answered the same.
-    pub(super) reads: Arc<CallReads>,
+    /// The running version's inputs in the call, for the shadow to be
+    /// answered the same.
+    pub(super) inputs: Arc<CallInputs>,
+    /// The running version's grant: a shadow granted otherwise reads for
+    /// itself.
+    pub(super) grant: Grant,
 }
 
 /// What the running version was called with.
@@ -193,20 +198,22 @@ impl Rollout {
     pub(super) fn mirror(
         &self,
         work: MirrorWork,
-    ) -> Option<(tokio::sync::oneshot::Sender<Vec<WriteRecord>>, Arc<CallReads>)> {
+        grant: &Grant,
+    ) -> Option<(tokio::sync::oneshot::Sender<Vec<WriteRecord>>, Arc<CallInputs>)> {
         if self.mode() != Some(RolloutMode::Shadow) {
             return None;
         }
         let (sender, live) = tokio::sync::oneshot::channel();
-        let reads = Arc::new(CallReads::default());
+        let inputs = Arc::new(CallInputs::default());
         let mirror = Mirror {
             work,
             sent: Instant::now(),
             live,
-            reads: Arc::clone(&reads),
+            inputs: Arc::clone(&inputs),
+            grant: grant.clone(),
         };
         match self.mirrors.try_send(mirror) {
-            Ok(()) => Some((sender, reads)),
+            Ok(()) => Some((sender, inputs)),
             Err(_) => {
                 self.skipped();
                 None

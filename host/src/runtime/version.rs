@@ -11,7 +11,7 @@ use super::Error;
 use super::prepare::{self, PrepareError};
 use super::status::{SharedStatus, update};
 use crate::caches::Caches;
-use crate::cluster::{Cluster, SharedReads, WriteObserver, WriteRecord};
+use crate::cluster::{Cluster, WriteObserver, WriteRecord};
 use crate::delta::Delta;
 use crate::grant::Refusal;
 use crate::indexer::{IndexLease, Indexer};
@@ -168,14 +168,6 @@ impl Version {
             instance: Some(instance),
             written,
         })
-    }
-
-    /// Shares the uncached reads of the calls to come with a shadow (or
-    /// stops).
-    pub(super) fn share_reads(&self, shared: Option<SharedReads>) {
-        if let Some(writer) = &self.options.writer {
-            writer.share_reads(shared);
-        }
     }
 
     /// The writes made since the last time this was asked.

@@ -13,9 +13,8 @@ use super::rollout::{Link, Mirror, MirrorWork, Slot};
 use super::status::{PluginState, SharedStatus, update};
 use super::version::{Feed, Version};
 use super::{BatchObserver, Error};
-use crate::cluster::SharedReads;
 use crate::delta::Delta;
-use crate::plugin::PluginInstance;
+use crate::plugin::{PluginInstance, SharedInputs};
 use crate::rollout::{Call, Role, compare};
 
 /// How long after the running version's call a shadow may still make the
@@ -464,16 +463,16 @@ impl Worker {
         let mirrored = link
             .as_ref()
             .filter(|link| link.role == Role::Live)
-            .and_then(|link| link.rollout.mirror(work.clone()));
-        if let Some((_, reads)) = &mirrored {
-            self.live.share_reads(Some(SharedReads::Record(Arc::clone(reads))));
+            .and_then(|link| link.rollout.mirror(work.clone(), &self.live.manifest.grant));
+        if let Some((_, inputs)) = &mirrored {
+            self.share_inputs(Some(SharedInputs::Record(Arc::clone(inputs))));
         }
         let delivery = self.call(&work);
         let written = self.live.take_written();
         let refusals = written.iter().filter(|write| !write.is_ok()).count();
-        if let Some((sender, reads)) = mirrored {
-            self.live.share_reads(None);
-            reads.finish();
+        if let Some((sender, inputs)) = mirrored {
+            self.share_inputs(None);
+            inputs.finish();
             let _ = sender.send(written);
         }
         if let Some(link) = link {
@@ -492,10 +491,12 @@ impl Worker {
             return Delivery::Done;
         }
         drop(self.live.take_written());
-        self.live
-            .share_reads(Some(SharedReads::Replay(Arc::clone(&mirror.reads))));
+        // Granted alike, it is answered what the running version was.
+        if mirror.grant == self.live.manifest.grant {
+            self.share_inputs(Some(SharedInputs::Replay(Arc::clone(&mirror.inputs))));
+        }
         let delivery = self.call(&mirror.work);
-        self.live.share_reads(None);
+        self.share_inputs(None);
         let written = self.live.take_written();
         let refusals = written.iter().filter(|write| !write.is_ok()).count();
         link.rollout.record(Role::Next, self.call_kind(&delivery), refusals);
@@ -508,6 +509,13 @@ impl Worker {
             _ => link.rollout.skipped(),
         }
         delivery
+    }
+
+    /// Shares the inputs of its instance's calls with a shadow, or stops.
+    fn share_inputs(&mut self, inputs: Option<SharedInputs>) {
+        if let Some(instance) = self.instance.as_mut() {
+            instance.share_inputs(inputs);
+        }
     }
 
     /// Hands the plugin a batch or has it reconcile a key.
