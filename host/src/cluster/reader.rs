@@ -6,10 +6,7 @@
 //! (`reads-per-second`, `read-burst`); then it is sent through discovery, under
 //! the write timeout, and its answer is cut at the plugin's `query-bytes`.
 
-use std::sync::PoisonError;
-
 use kube::api::{DynamicObject, GetParams, GroupVersionKind, ListParams};
-use tokio::time::Instant;
 
 use super::WriteError;
 use super::discovery::Discovery;
@@ -170,19 +167,7 @@ impl Writer {
                 request.gvk.kind
             )));
         }
-        let taken = inner
-            .reads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .try_take(Instant::now());
-        if taken {
-            Ok(())
-        } else {
-            Err(WriteError::Throttled(format!(
-                "over this plugin's rate of {} reads per second",
-                inner.read_rate
-            )))
-        }
+        super::writer::take_token(&inner.reads, inner.read_rate, "reads")
     }
 }
 

@@ -46,6 +46,22 @@ pub(super) struct WriterInner {
     pub(super) read_bytes: usize,
 }
 
+/// Takes a token of `bucket`, or refuses as throttled: over the plugin's
+/// `rate` of `what` per second.
+pub(super) fn take_token(bucket: &Mutex<TokenBucket>, rate: u32, what: &str) -> Result<(), WriteError> {
+    let taken = bucket
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .try_take(Instant::now());
+    if taken {
+        Ok(())
+    } else {
+        Err(WriteError::Throttled(format!(
+            "over this plugin's rate of {rate} {what} per second"
+        )))
+    }
+}
+
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Writer")
@@ -207,19 +223,7 @@ impl Writer {
                 target.resource()
             )));
         }
-        let taken = inner
-            .bucket
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .try_take(Instant::now());
-        if taken {
-            Ok(())
-        } else {
-            Err(WriteError::Throttled(format!(
-                "over this plugin's rate of {} writes per second",
-                inner.rate
-            )))
-        }
+        take_token(&inner.bucket, inner.rate, "writes")
     }
 }
 
