@@ -17,8 +17,10 @@ pub struct Faults {
     fail_code: AtomicU16,
     hang_watches: watch::Sender<bool>,
     latency_ms: AtomicU64,
-    /// Resources (plural names) every request on which is forbidden.
-    forbidden: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Resources (plural names) and where requests on them are forbidden.
+    forbidden: std::sync::Mutex<std::collections::BTreeMap<String, Forbidden>>,
+    /// Requests refused as forbidden, by resource.
+    denied: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
     /// Bearer tokens whose requests hang: clients cut off from the server.
     cut_off: watch::Sender<std::collections::BTreeSet<String>>,
     counts: Counters,
@@ -52,6 +54,26 @@ pub struct FaultCounts {
     pub held_requests: u64,
 }
 
+/// Where requests on a resource are forbidden.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Forbidden {
+    Everywhere,
+    /// In these namespaces, and across all namespaces.
+    In(std::collections::BTreeSet<String>),
+    /// Everywhere but in these namespaces.
+    OutsideOf(std::collections::BTreeSet<String>),
+}
+
+impl Forbidden {
+    fn forbids(&self, namespace: Option<&str>) -> bool {
+        match (self, namespace) {
+            (Self::Everywhere, _) | (Self::In(_) | Self::OutsideOf(_), None) => true,
+            (Self::In(namespaces), Some(namespace)) => namespaces.contains(namespace),
+            (Self::OutsideOf(namespaces), Some(namespace)) => !namespaces.contains(namespace),
+        }
+    }
+}
+
 impl Default for Faults {
     fn default() -> Self {
         Self {
@@ -62,6 +84,7 @@ impl Default for Faults {
             hang_watches: watch::channel(false).0,
             latency_ms: AtomicU64::new(0),
             forbidden: std::sync::Mutex::default(),
+            denied: std::sync::Mutex::default(),
             cut_off: watch::channel(std::collections::BTreeSet::new()).0,
             counts: Counters::default(),
         }
@@ -100,24 +123,69 @@ impl Faults {
     /// 403 Forbidden, as a server whose RBAC denies the client that resource
     /// does; `allow` lifts it.
     pub fn forbid(&self, resource: &str) {
-        self.forbidden_set().insert(resource.to_owned());
+        self.forbidden_set().insert(resource.to_owned(), Forbidden::Everywhere);
     }
 
-    /// Lifts [`Faults::forbid`] of `resource`.
+    /// Answers requests on `resource` in `namespace` with 403 Forbidden, as
+    /// RBAC does for a client whose Roles leave that namespace out; requests
+    /// across all namespaces are forbidden with it, as RBAC forbids them to a
+    /// client that may not read every namespace.
+    pub fn forbid_in(&self, resource: &str, namespace: &str) {
+        let mut forbidden = self.forbidden_set();
+        let entry = forbidden
+            .entry(resource.to_owned())
+            .or_insert_with(|| Forbidden::In(std::collections::BTreeSet::new()));
+        if let Forbidden::In(namespaces) = entry {
+            namespaces.insert(namespace.to_owned());
+        }
+    }
+
+    /// Allows requests on `resource` only in `namespaces`, as a client bound
+    /// by RoleBindings in those namespaces alone is: cluster-wide requests
+    /// and requests in any other namespace are forbidden.
+    pub fn confine<'a>(&self, resource: &str, namespaces: impl IntoIterator<Item = &'a str>) {
+        let namespaces = namespaces.into_iter().map(str::to_owned).collect();
+        self.forbidden_set()
+            .insert(resource.to_owned(), Forbidden::OutsideOf(namespaces));
+    }
+
+    /// Lifts [`Faults::forbid`], [`Faults::forbid_in`] and [`Faults::confine`]
+    /// of `resource`.
     pub fn allow(&self, resource: &str) {
         self.forbidden_set().remove(resource);
     }
 
-    fn forbidden_set(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+    /// How many requests on `resource` were refused as forbidden.
+    #[must_use]
+    pub fn denied(&self, resource: &str) -> u64 {
+        self.denied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(resource)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn forbidden_set(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, Forbidden>> {
         self.forbidden.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether requests on `resource` are forbidden, counted as a failed
-    /// request when they are.
-    pub(crate) fn is_forbidden(&self, resource: &str) -> bool {
-        let forbidden = self.forbidden_set().contains(resource);
+    /// Whether a request on `resource` in `namespace` (`None`: across all
+    /// namespaces, or a cluster-scoped resource) is forbidden, counted as a
+    /// failed request when it is.
+    pub(crate) fn is_forbidden(&self, resource: &str, namespace: Option<&str>) -> bool {
+        let forbidden = self
+            .forbidden_set()
+            .get(resource)
+            .is_some_and(|rule| rule.forbids(namespace));
         if forbidden {
             self.counts.failed_requests.fetch_add(1, Ordering::Relaxed);
+            *self
+                .denied
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(resource.to_owned())
+                .or_default() += 1;
         }
         forbidden
     }

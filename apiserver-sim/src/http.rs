@@ -24,7 +24,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 
 /// The resource (plural name) a request path is about:
 /// `/api/v1/namespaces/a/pods/x` → `pods`.
-fn resource_of(path: &str) -> Option<&str> {
+fn resource_of(path: &str) -> Option<(&str, Option<&str>)> {
     let rest = match path.strip_prefix("/api/") {
         Some(rest) => rest.split_once('/')?.1,
         None => {
@@ -35,8 +35,34 @@ fn resource_of(path: &str) -> Option<&str> {
     };
     let mut segments = rest.split('/');
     match segments.next()? {
-        "namespaces" => segments.nth(1).or(Some("namespaces")),
-        resource => Some(resource),
+        "namespaces" => match (segments.next(), segments.next()) {
+            (Some(namespace), Some(resource)) => Some((resource, Some(namespace))),
+            _ => Some(("namespaces", None)),
+        },
+        resource => Some((resource, None)),
+    }
+}
+
+/// The RBAC verb of a request: `list` and `watch` for collections, `get`
+/// for one object, and the writes by method.
+fn verb_of(method: &Method, path: &str, query: &HashMap<String, String>) -> &'static str {
+    let one = resource_of(path).is_some_and(|(resource, namespace)| {
+        let collection = match namespace {
+            Some(namespace) => format!("/namespaces/{namespace}/{resource}"),
+            None => format!("/{resource}"),
+        };
+        !path.ends_with(&collection)
+    });
+    match *method {
+        Method::GET if query.get("watch").is_some_and(|watch| watch == "true" || watch == "1") => "watch",
+        Method::GET if one => "get",
+        Method::GET => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if one => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "access",
     }
 }
 
@@ -70,10 +96,15 @@ async fn handle(
     if let Some(code) = shared.faults.take_failure() {
         return error_response(&ApiError::injected(code));
     }
-    if let Some(resource) = resource_of(path)
-        && shared.faults.is_forbidden(resource)
+    if let Some((resource, namespace)) = resource_of(path)
+        && shared.faults.is_forbidden(resource, namespace)
     {
-        return error_response(&ApiError::forbidden(method.as_str(), resource));
+        let verb = verb_of(&method, path, &query);
+        let group = path
+            .strip_prefix("/apis/")
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_default();
+        return error_response(&ApiError::forbidden(verb, group, resource, namespace));
     }
     let request = Request {
         shared: &shared,

@@ -168,22 +168,19 @@ impl ApiError {
         )
     }
 
-    /// 403, as RBAC denies `verb` (the HTTP method) on `resource`.
+    /// 403, as RBAC denies `verb` on `resource` of `group` in `namespace`
+    /// (`None`: at the cluster scope), in kube-apiserver's words.
     #[must_use]
-    pub fn forbidden(verb: &str, resource: &str) -> Self {
-        let verb = match verb {
-            "GET" => "list",
-            "POST" => "create",
-            "PUT" => "update",
-            "PATCH" => "patch",
-            "DELETE" => "delete",
-            _ => "access",
+    pub fn forbidden(verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> Self {
+        let scope = match namespace {
+            Some(namespace) => format!("in the namespace \"{namespace}\""),
+            None => "at the cluster scope".to_owned(),
         };
         Self::new(
             403,
             "Forbidden",
             format!(
-                "{resource} is forbidden: User \"system:serviceaccount:kinformer:kinformer\" cannot {verb} resource \"{resource}\" at the cluster scope"
+                "{resource} is forbidden: User \"system:serviceaccount:kinformer:kinformer\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
             ),
         )
     }

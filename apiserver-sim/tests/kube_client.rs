@@ -509,6 +509,40 @@ async fn injected_errors_answer_with_their_status_and_are_counted() {
 }
 
 #[tokio::test]
+async fn forbidden_namespaces_answer_403_in_rbacs_words_and_confinement_allows_only_its_own() {
+    let (server, client) = start(SimConfig::default()).await;
+    let api = |namespace: &str| -> Api<ConfigMap> { Api::namespaced(client.clone(), namespace) };
+    let everywhere: Api<ConfigMap> = Api::all(client.clone());
+    let message = |error: kube::Error| match error {
+        kube::Error::Api(status) => (status.code, status.message),
+        other => panic!("{other:?}"),
+    };
+
+    server.faults().forbid_in("configmaps", "locked");
+    let (code, text) = message(api("locked").get("x").await.unwrap_err());
+    assert_eq!(code, 403);
+    assert_eq!(
+        text,
+        "configmaps is forbidden: User \"system:serviceaccount:kinformer:kinformer\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"locked\""
+    );
+    api("open").list(&ListParams::default()).await.unwrap();
+    let (_, text) = message(everywhere.list(&ListParams::default()).await.unwrap_err());
+    assert!(text.ends_with("cannot list resource \"configmaps\" in API group \"\" at the cluster scope"), "{text}");
+
+    server.faults().confine("configmaps", ["a", "b"]);
+    api("a").list(&ListParams::default()).await.unwrap();
+    api("b").list(&ListParams::default()).await.unwrap();
+    assert_eq!(message(api("c").list(&ListParams::default()).await.unwrap_err()).0, 403);
+    assert_eq!(message(everywhere.list(&ListParams::default()).await.unwrap_err()).0, 403);
+    let watch = api("c").watch(&kube::api::WatchParams::default(), "0").await;
+    let (_, text) = message(watch.err().expect("a forbidden watch"));
+    assert!(text.contains("cannot watch resource"), "{text}");
+    assert_eq!(server.faults().denied("configmaps"), 5);
+    server.faults().allow("configmaps");
+    everywhere.list(&ListParams::default()).await.unwrap();
+}
+
+#[tokio::test]
 async fn a_forbidden_resource_answers_403_on_every_path_until_allowed() {
     let (server, client) = start(SimConfig::default()).await;
     let in_default: Api<ConfigMap> = Api::default_namespaced(client.clone());

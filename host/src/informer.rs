@@ -256,7 +256,12 @@ impl SharedInformerFactory {
         };
         let reflector = Reflector::new(self.client.clone(), resource, config, writer);
         let status = reflector.status();
-        tracing::info!(resource = %gvk.kind, namespace = ?key.namespace, selector = ?key.label_selector, "informer starting");
+        tracing::info!(
+            resource = %gvk.kind,
+            namespace = key.namespace.as_deref().unwrap_or("(all)"),
+            selector = key.label_selector.as_deref().unwrap_or("(none)"),
+            "informer starting"
+        );
         let task = tokio::spawn(reflector.run(Arc::clone(&processor)));
         let running = Arc::new(Running {
             key: key.clone(),

@@ -456,11 +456,14 @@ async fn run(
             Ok(Ok(false)) => {
                 if elector.is_leading() {
                     elector.step_down();
-                    tracing::warn!(holder = ?elector.holder(), "lost the Lease to another replica; stopping the writing plugins");
+                    tracing::warn!(
+                        holder = elector.holder().unwrap_or("(none)"),
+                        "lost the Lease to another replica; stopping the writing plugins"
+                    );
                 }
             }
             Ok(Err(error)) => {
-                tracing::warn!(error = %crate::one_line(&error), "cannot take or renew the Lease");
+                tracing::warn!("cannot take or renew the Lease: {}", crate::retry::client_error(&error));
                 if elector.failed(Instant::now()) {
                     tracing::error!(
                         "the Lease was not renewed within the renew deadline; stopping the writing plugins"
@@ -502,7 +505,7 @@ async fn run(
         lease.metadata.resource_version = resource_version;
         match api.replace(name, &PostParams::default(), &lease).await {
             Ok(_) => tracing::info!(lease = %publish.borrow().lease, "released the Lease"),
-            Err(error) => tracing::warn!(error = %crate::one_line(&error), "cannot release the Lease"),
+            Err(error) => tracing::warn!("cannot release the Lease: {}", crate::retry::client_error(&error)),
         }
     }
 }

@@ -78,6 +78,7 @@ pub(crate) mod rate;
 pub mod rbac;
 pub mod reflector;
 pub mod registration;
+pub mod retry;
 pub mod rollout;
 pub mod runtime;
 pub mod scope;

@@ -1,13 +1,14 @@
 //! The Reflector: lists and watches one resource with kube-rs's watcher, keeps its
 //! Indexer in step, and turns every change into client-go style deltas.
 //!
-//! The watch protocol (paging, streaming lists, bookmarks, 410 relists, backoff
-//! with jitter) is kube-rs's [`watcher()`]. On top of it the Reflector owns what
-//! client-go's Reflector and DeltaFIFO own: comparing a relist with the cache so
-//! that objects deleted while disconnected are reported as `Deleted` with their
-//! last known state (tombstones), unchanged objects are not reported as updates,
-//! and an object recreated under the same name (a new uid) is a delete plus an
-//! add, never an update.
+//! The watch protocol (paging, streaming lists, bookmarks, 410 relists) is
+//! kube-rs's [`watcher()`]; its back-off after a failure is client-go's
+//! ([`crate::retry`]). On top of it the Reflector owns what client-go's
+//! Reflector and DeltaFIFO own: comparing a relist with the cache so that
+//! objects deleted while disconnected are reported as `Deleted` with their last
+//! known state (tombstones), unchanged objects are not reported as updates, and
+//! an object recreated under the same name (a new uid) is a delete plus an add,
+//! never an update.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -335,7 +336,10 @@ impl Reflector {
             config = config.streaming_lists();
         }
         let resource = self.maker.gvk.kind.clone();
-        let mut events = watcher(self.api.clone(), config).default_backoff().boxed();
+        let backoff = crate::retry::Backoff::default();
+        let retry_in = backoff.next_delay();
+        let mut events = watcher(self.api.clone(), config).backoff(backoff).boxed();
+        let mut repeats = crate::retry::Repeats::default();
         let mut listed = 0_usize;
         while let Some(event) = events.next().await {
             let event = match event {
@@ -345,12 +349,15 @@ impl Reflector {
                     if matches!(&error, watcher::Error::WatchError(status) if status.code == 410) {
                         self.status.gone.fetch_add(1, Ordering::Relaxed);
                     }
+                    let failure = crate::retry::describe(&resource, &error);
+                    if let Some(line) = repeats.note(&failure, retry_in.get()) {
+                        tracing::warn!(resource, "{line}");
+                    }
                     *self
                         .status
                         .last_error
                         .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
-                    tracing::warn!(resource, %error, "watch failed; backing off");
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(failure);
                     if let Some(hook) = &self.config.watch_error_hook {
                         (hook.0)(&resource, &error);
                     }
@@ -372,6 +379,7 @@ impl Reflector {
                 }
             }
             if done {
+                repeats.clear();
                 self.status.lists.fetch_add(1, Ordering::Relaxed);
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)

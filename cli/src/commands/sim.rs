@@ -21,6 +21,11 @@ pub(crate) struct Sim {
     /// every this many seconds.
     #[arg(long)]
     chaos_seconds: Option<u64>,
+    /// Answer 403 Forbidden for a resource, as RBAC does: `v1/ConfigMap`
+    /// (or `configmaps`) everywhere, `v1/ConfigMap@ns-1` in one namespace
+    /// (and across all namespaces); repeatable.
+    #[arg(long, value_name = "RESOURCE[@NAMESPACE]")]
+    forbid: Vec<String>,
     #[command(flatten)]
     workload: WorkloadArgs,
 }
@@ -31,6 +36,21 @@ impl Sim {
             let server = ApiServer::start(SimConfig::default().port(self.port)).await?;
             server.write_kubeconfig(&self.kubeconfig)?;
             let _workload = server.start_workload(&self.workload.workload())?;
+            for forbidden in &self.forbid {
+                let (resource, namespace) = match forbidden.split_once('@') {
+                    Some((resource, namespace)) => (resource, Some(namespace)),
+                    None => (forbidden.as_str(), None),
+                };
+                let plural = plural_of(&server, resource)?;
+                match namespace {
+                    Some(namespace) => server.faults().forbid_in(&plural, namespace),
+                    None => server.faults().forbid(&plural),
+                }
+                println!(
+                    "forbidden: {plural}{}",
+                    namespace.map(|ns| format!(" in {ns}")).unwrap_or_default()
+                );
+            }
             let kubeconfig = self.kubeconfig.display();
             println!("emulated API server at {}", server.url());
             println!("kubeconfig: {kubeconfig} (try: kubectl --kubeconfig {kubeconfig} get pods -A)");
@@ -62,5 +82,25 @@ impl Sim {
             }
             Ok(0)
         })
+    }
+}
+
+/// The plural name of a resource named as `v1/ConfigMap`, `apps/v1/Deployment`
+/// or by its plural.
+fn plural_of(server: &ApiServer, resource: &str) -> anyhow::Result<String> {
+    let defs = server.store().defs();
+    let found = defs.iter().find(|def| {
+        let group_version = if def.group.is_empty() {
+            def.version.clone()
+        } else {
+            format!("{}/{}", def.group, def.version)
+        };
+        resource == def.plural || resource == format!("{group_version}/{}", def.kind)
+    });
+    match found {
+        Some(def) => Ok(def.plural.clone()),
+        None => anyhow::bail!(
+            "--forbid {resource}: the emulation serves no such resource (try v1/ConfigMap or apps/v1/Deployment)"
+        ),
     }
 }

@@ -254,7 +254,10 @@ async fn follow<K>(
     changed: Arc<tokio::sync::Notify>,
     source: Source,
 ) {
-    let mut stream = std::pin::pin!(stream.default_backoff());
+    let backoff = crate::retry::Backoff::default();
+    let retry_in = backoff.next_delay();
+    let mut stream = std::pin::pin!(stream.backoff(backoff));
+    let mut repeats = crate::retry::Repeats::default();
     // Whether the list being read (after Init) held the object.
     let mut seen_in_list = false;
     while let Some(event) = stream.next().await {
@@ -270,13 +273,15 @@ async fn follow<K>(
             Ok(Event::InitDone) if seen_in_list => continue,
             Ok(Event::InitDone | Event::Delete(_)) => State::Missing,
             Err(error) => {
-                let message = super::error_text(&error);
-                tracing::warn!(
-                    kind = source.kind(),
-                    namespace = %source.namespace,
-                    name = %source.name,
-                    "a plugin's setting cannot be read: {message}"
-                );
+                let message = crate::retry::describe(source.kind(), &error);
+                if let Some(line) = repeats.note(&message, retry_in.get()) {
+                    tracing::warn!(
+                        kind = source.kind(),
+                        namespace = %source.namespace,
+                        name = %source.name,
+                        "a plugin's setting cannot be read: {line}"
+                    );
+                }
                 if *state.borrow() != State::Pending {
                     continue;
                 }

@@ -240,7 +240,7 @@ async fn wait_for_sync(name: &str, informers: &[(SharedIndexInformer, bool)], li
                 .map(|(informer, _)| {
                     let kind = &informer.key().gvk.kind;
                     match informer.last_error() {
-                        Some(error) => format!("{kind}: {error}"),
+                        Some(error) => error,
                         None => format!("{kind}: no answer yet"),
                     }
                 })
