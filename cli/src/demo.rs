@@ -184,8 +184,17 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginStatus>, Error> {
         Some(dir) => webhook_for_notifier(dir, &client).await?,
         None => None,
     };
-    let runtime = Runtime::start(client, runtime_config).await?;
-    crate::serve(&runtime, config.duration).await;
+    let signal = config.duration.is_none().then(crate::stop_signal);
+    let runtime = Runtime::launch(client, runtime_config).await?;
+    match (config.duration, signal) {
+        (Some(duration), _) => {
+            // A bounded run counts its time from when the plugins are loaded.
+            runtime.rescan().await;
+            crate::serve(&runtime, tokio::time::sleep(duration)).await;
+        }
+        (None, Some(signal)) => crate::serve(&runtime, signal).await,
+        (None, None) => {}
+    }
     workload.abort();
     let status = runtime.shutdown().await;
     if let Some(webhook) = webhook {

@@ -17,16 +17,19 @@ use std::time::Duration;
 
 use kinformer::runtime::Runtime;
 
-/// Serves until `duration` passes (or Ctrl-C or SIGTERM when `None`),
-/// logging each plugin's progress every 30 seconds when it changed.
-pub async fn serve(runtime: &Runtime, duration: Option<Duration>) {
-    let end = async {
-        match duration {
-            Some(duration) => tokio::time::sleep(duration).await,
-            None => stop_signal().await,
-        }
-    };
+/// Serves until `end` completes (a [`stop_signal`], a sleep), logging each
+/// plugin's progress every 30 seconds when it changed. Waits first for the
+/// plugins' loads of a runtime from [`Runtime::launch`], and stops at `end`
+/// even while one compiles.
+pub async fn serve(runtime: &Runtime, end: impl std::future::Future<Output = ()>) {
     tokio::pin!(end);
+    tokio::select! {
+        () = runtime.rescan() => {}
+        () = &mut end => {
+            tracing::info!("stopping");
+            return;
+        }
+    }
     let mut report = tokio::time::interval(Duration::from_secs(30));
     report.tick().await;
     let mut last = HashMap::new();
@@ -58,25 +61,32 @@ pub async fn serve(runtime: &Runtime, duration: Option<Duration>) {
 }
 
 /// Waits for Ctrl-C (SIGINT) or, on Unix, SIGTERM: what Kubernetes sends a
-/// pod it stops.
-pub async fn stop_signal() {
+/// pod it stops. The handlers are installed at the call, so a signal that
+/// comes before the future is first awaited is not lost.
+pub fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = terminate.recv() => {}
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        async move {
+            match (interrupt, terminate) {
+                (Some(mut interrupt), Some(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -22,8 +22,24 @@ use kinformer::RuntimeConfig;
 use kinformer::plugin::EngineOptions;
 
 /// The tokio runtime a command runs on.
-pub(crate) fn tokio() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+pub(crate) fn tokio() -> std::io::Result<Tokio> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map(Tokio)
+}
+
+/// A tokio runtime that, once its future is done, waits at most a second for
+/// its blocking tasks: a plugin compiling in the host's own process when a
+/// shutdown comes is abandoned, not waited for.
+pub(crate) struct Tokio(tokio::runtime::Runtime);
+
+impl Tokio {
+    pub(crate) fn block_on<F: std::future::Future>(self, future: F) -> F::Output {
+        let output = self.0.block_on(future);
+        self.0.shutdown_timeout(std::time::Duration::from_secs(1));
+        output
+    }
 }
 
 /// How plugins are compiled, and where their status is served.

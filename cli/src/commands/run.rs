@@ -36,6 +36,9 @@ pub(crate) struct Run {
 impl Run {
     pub(crate) fn run(self) -> anyhow::Result<u8> {
         super::tokio()?.block_on(async {
+            // A stop signal is answered from here on, even while a plugin
+            // compiles: the shutdown ends or abandons the compile.
+            let stop = kinformer_cli::stop_signal();
             let cluster = cluster(self.kubeconfig.as_deref()).await?;
             // Plugins' HTTP never reaches the API server, whatever their grant.
             let mut config = self
@@ -53,8 +56,8 @@ impl Run {
             if let Some(address) = self.engine.status_addr {
                 config = config.status_address(address);
             }
-            let runtime = Runtime::start(client, config).await?;
-            kinformer_cli::serve(&runtime, None).await;
+            let runtime = Runtime::launch(client, config).await?;
+            kinformer_cli::serve(&runtime, stop).await;
             let status = runtime.shutdown().await;
             if !status.is_empty() && status.iter().all(|status| status.state == PluginState::Failed) {
                 anyhow::bail!("no plugin could start");

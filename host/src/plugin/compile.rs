@@ -22,6 +22,7 @@
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::engine::{EngineOptions, engine_config};
@@ -73,53 +74,72 @@ pub fn run_compile_process() -> Option<ExitCode> {
     })
 }
 
-/// Compiles `bytes` into the cache in `cache_dir`, for an engine pooling
-/// `pooled_instances`, in a child process running `program`, allowing it
-/// `limit`.
-///
-/// # Errors
-///
-/// The child's own error when the component does not compile, or why the
-/// child could not run or finish.
-pub(super) fn in_child(
-    program: &Path,
-    cache_dir: &Path,
-    pooled_instances: Option<u32>,
-    bytes: &[u8],
-    limit: Duration,
-) -> wasmtime::Result<()> {
-    let mut command = std::process::Command::new(program);
-    command
-        .env(CACHE_VAR, cache_dir)
-        .env(TIMEOUT_VAR, limit.as_millis().to_string())
-        .env_remove(POOL_VAR)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(pool) = pooled_instances {
-        command.env(POOL_VAR, pool.to_string());
-    }
-    let mut child = command
-        .spawn()
-        .map_err(|error| wasmtime::Error::new(error).context(format!("starting {}", program.display())))?;
-    let mut stdin = child.stdin.take().expect("stdin is piped");
-    // The child reads all of stdin before compiling, so writing it all first
-    // cannot block on a child waiting for its stderr to be read.
-    let written = stdin.write_all(bytes);
-    drop(stdin);
-    let output = child.wait_with_output()?;
-    match output.status.code() {
-        Some(0) => Ok(written?),
-        Some(code) if code == i32::from(TIMED_OUT) => {
-            wasmtime::bail!("the compile process ran over its {} ms", limit.as_millis())
+/// A compile in a child process of the host's own program: its own error when
+/// the component does not compile, or why the child could not run or finish.
+pub(super) struct Child<'a> {
+    pub(super) program: &'a Path,
+    pub(super) cache_dir: &'a Path,
+    pub(super) pooled_instances: Option<u32>,
+    /// Set when the host shuts down: the child is ended.
+    pub(super) ending: &'a AtomicBool,
+}
+
+impl Child<'_> {
+    /// Compiles `bytes` in the child into the cache, allowing it `limit`;
+    /// ends it when the host shuts down meanwhile.
+    pub(super) fn compile(&self, bytes: &[u8], limit: Duration) -> wasmtime::Result<()> {
+        if self.ending.load(Ordering::Relaxed) {
+            wasmtime::bail!("not compiled: the host is shutting down");
         }
-        _ => {
-            let message = String::from_utf8_lossy(&output.stderr);
-            let message = message.trim();
-            if message.is_empty() {
-                wasmtime::bail!("the compile process ended with {}", output.status);
+        let mut command = std::process::Command::new(self.program);
+        command
+            .env(CACHE_VAR, self.cache_dir)
+            .env(TIMEOUT_VAR, limit.as_millis().to_string())
+            .env_remove(POOL_VAR)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(pool) = self.pooled_instances {
+            command.env(POOL_VAR, pool.to_string());
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|error| wasmtime::Error::new(error).context(format!("starting {}", self.program.display())))?;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        // The child reads all of stdin before compiling, so writing it all first
+        // cannot block on a child waiting for its stderr to be read.
+        let written = stdin.write_all(bytes);
+        drop(stdin);
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
             }
-            Err(wasmtime::Error::msg(message.to_owned()))
+            if self.ending.load(Ordering::Relaxed) {
+                let _ = child.kill();
+                let _ = child.wait();
+                wasmtime::bail!("the compile process was ended: the host is shutting down");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let message = reader.join().unwrap_or_default();
+        match status.code() {
+            Some(0) => Ok(written?),
+            Some(code) if code == i32::from(TIMED_OUT) => {
+                wasmtime::bail!("the compile process ran over its {} ms", limit.as_millis())
+            }
+            _ => {
+                let message = message.trim();
+                if message.is_empty() {
+                    wasmtime::bail!("the compile process ended with {status}");
+                }
+                Err(wasmtime::Error::msg(message.to_owned()))
+            }
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct PluginEngine {
     /// Instances alive per plugin name, across its versions.
     per_plugin: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>>,
     pub(super) ticker: Arc<Ticker>,
+    /// Set when the host shuts down: compile processes are ended.
+    ending: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for PluginEngine {
@@ -123,7 +125,16 @@ impl PluginEngine {
             live_instances: Arc::default(),
             per_plugin: Arc::default(),
             ticker: Arc::new(ticker),
+            ending: Arc::default(),
         })
+    }
+
+    /// Ends the compile processes running now and refuses to start more, so
+    /// a host shutting down does not wait for a long compile. A compile in
+    /// this process (without [`EngineOptions::compile_process`]) cannot be
+    /// ended: the caller abandons it.
+    pub fn end_compiles(&self) {
+        self.ending.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// True when `component` was compiled by this engine (or a clone of it):
@@ -228,8 +239,13 @@ impl PluginEngine {
                 digest = &digest[..12],
                 "compiling plugin in a separate process"
             );
-            super::compile::in_child(program, cache_dir, self.options.pooled_instances, bytes, limit)
-                .map_err(compile_error)?;
+            let child = super::compile::Child {
+                program,
+                cache_dir,
+                pooled_instances: self.options.pooled_instances,
+                ending: &self.ending,
+            };
+            child.compile(bytes, limit).map_err(compile_error)?;
         } else if !compiled_before {
             tracing::info!(
                 plugin = name,

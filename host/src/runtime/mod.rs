@@ -413,6 +413,31 @@ impl Runtime {
     /// As [`Runtime::start`]; also when an embedded plugin's component was
     /// compiled by another engine.
     pub async fn start_with(factory: SharedInformerFactory, config: RuntimeConfig) -> Result<Self, Error> {
+        let runtime = Self::launch_with(factory, config).await?;
+        runtime.rescan().await;
+        Ok(runtime)
+    }
+
+    /// As [`Runtime::start`], but returns once the plugins' loads began,
+    /// without waiting for them: a program that must answer a stop signal at
+    /// any moment (one plugin may take a minute to compile) waits for them
+    /// with [`Runtime::rescan`] beside its signal, and on the signal calls
+    /// [`Runtime::shutdown`], which ends the compiles still running.
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::start`].
+    pub async fn launch(client: kube::Client, config: RuntimeConfig) -> Result<Self, Error> {
+        Self::launch_with(SharedInformerFactory::new(client), config).await
+    }
+
+    /// As [`Runtime::launch`], with the plugins' informers taken from
+    /// `factory`, as [`Runtime::start_with`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::start_with`].
+    pub async fn launch_with(factory: SharedInformerFactory, config: RuntimeConfig) -> Result<Self, Error> {
         let engine = PluginEngine::with_options(&config.engine)?;
         if let Some(election) = &config.leader_election {
             election.validate()?;
@@ -487,7 +512,7 @@ impl Runtime {
                 .map_err(|source| Error::Status { address, source })?;
             runtime.status_address = Some(bound);
         }
-        runtime.rescan().await;
+        drop(runtime.supervisor.rescan().await);
         Ok(runtime)
     }
 
@@ -621,6 +646,7 @@ impl Runtime {
             election
         });
         let _ = self.supervisor.stop.send(true);
+        self.supervisor.engine.end_compiles();
         let threads: Vec<JoinHandle<()>> = self.supervisor.take_threads();
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
         for thread in threads {
@@ -656,5 +682,6 @@ impl Drop for Runtime {
             follower.abort();
         }
         let _ = self.supervisor.stop.send(true);
+        self.supervisor.engine.end_compiles();
     }
 }

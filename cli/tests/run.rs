@@ -1,0 +1,217 @@
+//! `kinformer run` when things go wrong: credentials that may not list a
+//! resource (retried with client-go's back-off, said in sentences an operator
+//! reads, the other plugins served meanwhile), and a shutdown that comes while
+//! a plugin takes a minute to compile.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use apiserver_sim::{ApiServer, SimConfig};
+
+/// `kinformer run` on `d/plugins` against `server`, logging to `d/run.log`.
+fn run(server: &ApiServer, d: &Path, extra: &[&str]) -> Child {
+    let kubeconfig = d.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_with_token("host")).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_kinformer"))
+        .arg("run")
+        .arg("--plugins")
+        .arg(d.join("plugins"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--status-addr", "127.0.0.1:0"])
+        .args(extra)
+        .env("KINFORMER_LOG", "info")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("run.log")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_list_backs_off_exponentially_and_is_logged_in_sentences() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let plugins = d.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::write(plugins.join("configs.wasm"), plugin_artifacts::DELTA_LOGGER).unwrap();
+    std::fs::write(plugins.join("configs.toml"), "config = \"v1/ConfigMap\"\n").unwrap();
+    std::fs::write(plugins.join("pods.wasm"), plugin_artifacts::DELTA_LOGGER).unwrap();
+    std::fs::write(plugins.join("pods.toml"), "config = \"v1/Pod\"\n").unwrap();
+
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    server.faults().forbid("configmaps");
+    let cache = d.join("cache");
+    let mut child = run(&server, d, &["--cache-dir", cache.to_str().unwrap()]);
+    let log = d.join("run.log");
+
+    // 800 ms doubling with jitter up to twice each wait: the 60 s hold at
+    // most 7 attempts (waits 0.8 + 1.6 + 3.2 + 6.4 + 12.8 + 25.6 = 50.4 s),
+    // at least 5 (1.6 + 3.2 + 6.4 + 12.8 = 24 s, and the next wait ends
+    // within 49.6 s). A watcher retrying once a second makes about 60.
+    let first = tokio::time::timeout(Duration::from_secs(30), async {
+        while server.faults().denied("configmaps") == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(first.is_ok(), "the host never listed ConfigMaps");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let attempts = server.faults().denied("configmaps");
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!((4..=8).contains(&attempts), "{attempts} list attempts in 60 s:\n{text}");
+
+    assert!(!text.contains("Status {") && !text.contains("Some("), "{text}");
+    let failures: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("list ConfigMap: forbidden (403): configmaps is forbidden: User "))
+        .collect();
+    assert!(
+        failures.first().is_some_and(|line| line.contains("; retrying in ")),
+        "{text}"
+    );
+    // Repeats are summarised: fewer lines than attempts, the later ones counting.
+    assert!(failures.len() < usize::try_from(attempts).unwrap(), "{text}");
+    assert!(
+        failures.iter().any(|line| line.contains("; failed 4 times since ")),
+        "{text}"
+    );
+    // The plugin on Pods, which the host may list, was served meanwhile.
+    assert!(
+        text.lines()
+            .any(|line| line.contains("initial list synced") && line.contains("resource=\"Pod\"")),
+        "{text}"
+    );
+}
+
+/// A component whose compile takes about a minute here: `functions` copies of
+/// one long function in a core module, in a component. Encoded by hand: the
+/// text format of that many functions would take longer to parse than to run
+/// the test.
+fn slow_to_compile(functions: u32) -> Vec<u8> {
+    fn leb(mut value: u32, out: &mut Vec<u8>) {
+        loop {
+            let byte = (value & 0x7f) as u8;
+            value >>= 7;
+            if value == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    fn section(id: u8, content: &[u8], out: &mut Vec<u8>) {
+        out.push(id);
+        leb(u32::try_from(content.len()).unwrap(), out);
+        out.extend_from_slice(content);
+    }
+    // (local i32) then 200 times: x * k ^ acc -> acc; then acc.
+    let mut body = vec![0x01, 0x01, 0x7f];
+    for k in 0..200_u8 {
+        body.extend_from_slice(&[0x20, 0x00, 0x41, k % 60, 0x6c, 0x20, 0x01, 0x73, 0x21, 0x01]);
+    }
+    body.extend_from_slice(&[0x20, 0x01, 0x0b]);
+    let mut module = b"\0asm\x01\0\0\0".to_vec();
+    section(1, &[0x01, 0x60, 0x01, 0x7f, 0x01, 0x7f], &mut module);
+    let mut declared = Vec::new();
+    leb(functions, &mut declared);
+    declared.extend(std::iter::repeat_n(0, usize::try_from(functions).unwrap()));
+    section(3, &declared, &mut module);
+    let mut code = Vec::new();
+    leb(functions, &mut code);
+    for _ in 0..functions {
+        leb(u32::try_from(body.len()).unwrap(), &mut code);
+        code.extend_from_slice(&body);
+    }
+    section(10, &code, &mut module);
+    let mut component = b"\0asm\x0d\0\x01\0".to_vec();
+    section(1, &module, &mut component);
+    component
+}
+
+/// SIGTERM once `slow` is compiling: the host exits within 5 s, the compile
+/// unfinished, whether it ran in a child process (`--cache-dir`: the child is
+/// ended) or in the host's own (`--no-cache`: abandoned).
+async fn shutdown_during_a_long_compile(extra: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let plugins = d.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    // About 4 ms a function in a compile process here: a minute or more.
+    std::fs::write(plugins.join("slow.wasm"), slow_to_compile(15_000)).unwrap();
+    std::fs::write(plugins.join("pods.wasm"), plugin_artifacts::DELTA_LOGGER).unwrap();
+    std::fs::write(plugins.join("pods.toml"), "config = \"v1/Pod\"\n").unwrap();
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let mut child = run(&server, d, extra);
+    let log = || std::fs::read_to_string(d.join("run.log")).unwrap_or_default();
+    let compiling = |text: &str| {
+        text.lines()
+            .any(|line| line.contains("compiling plugin") && line.contains("plugin=\"slow\""))
+    };
+    let started = Instant::now();
+    while !compiling(&log()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never compiled:\n{}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let signalled = Instant::now();
+    let exited = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if signalled.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("still running 20 s after SIGTERM:\n{}", log());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let took = signalled.elapsed();
+    let text = log();
+    assert!(
+        took <= Duration::from_secs(5),
+        "exited {took:?} after SIGTERM ({exited}):\n{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|line| line.contains("compiled plugin") && line.contains("plugin=\"slow\"")),
+        "the compile was quicker than the test assumes:\n{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_ends_a_compile_process_that_runs_long() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache_dir = cache.to_str().unwrap();
+    shutdown_during_a_long_compile(&["--cache-dir", cache_dir]).await;
+    // The compile process went with the host, not left compiling.
+    let compiling = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("environ")).ok())
+        .filter(|environ| {
+            environ
+                .split(|byte| *byte == 0)
+                .any(|variable| variable == format!("KINFORMER_COMPILE_INTO={cache_dir}").as_bytes())
+        })
+        .count();
+    assert_eq!(compiling, 0, "a compile process outlived the host");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_abandons_a_long_compile_in_the_hosts_process() {
+    shutdown_during_a_long_compile(&["--no-cache"]).await;
+}
