@@ -527,13 +527,19 @@ async fn forbidden_namespaces_answer_403_in_rbacs_words_and_confinement_allows_o
     );
     api("open").list(&ListParams::default()).await.unwrap();
     let (_, text) = message(everywhere.list(&ListParams::default()).await.unwrap_err());
-    assert!(text.ends_with("cannot list resource \"configmaps\" in API group \"\" at the cluster scope"), "{text}");
+    assert!(
+        text.ends_with("cannot list resource \"configmaps\" in API group \"\" at the cluster scope"),
+        "{text}"
+    );
 
     server.faults().confine("configmaps", ["a", "b"]);
     api("a").list(&ListParams::default()).await.unwrap();
     api("b").list(&ListParams::default()).await.unwrap();
     assert_eq!(message(api("c").list(&ListParams::default()).await.unwrap_err()).0, 403);
-    assert_eq!(message(everywhere.list(&ListParams::default()).await.unwrap_err()).0, 403);
+    assert_eq!(
+        message(everywhere.list(&ListParams::default()).await.unwrap_err()).0,
+        403
+    );
     let watch = api("c").watch(&kube::api::WatchParams::default(), "0").await;
     let (_, text) = message(watch.err().expect("a forbidden watch"));
     assert!(text.contains("cannot watch resource"), "{text}");

@@ -32,7 +32,7 @@ enum LogFormat {
 }
 
 /// What the libraries under kinformer log by default: their errors at most.
-/// kinformer says itself what a failure means ("watch failed; backing off");
+/// kinformer says itself what a failure means ("list ConfigMap: forbidden (403): …");
 /// the connection-level lines beneath it (peers closing TLS, connect errors)
 /// repeat it in other words.
 const QUIET_LIBRARIES: &str = "wasmtime=warn,cranelift=warn,kube_client=off,kube_runtime=error,\

@@ -17,8 +17,9 @@ use kube::api::ObjectMeta;
 /// Who the rules are for, and what the host runs with.
 #[derive(Debug, Clone)]
 pub struct RbacOptions {
-    /// The host is confined to this namespace (`kinformer run --namespace`).
-    pub namespace: Option<String>,
+    /// The namespaces the host is confined to (`kinformer run --namespace`);
+    /// every namespace when empty.
+    pub namespaces: Vec<String>,
     /// The namespace of the Lease, when leader election is on.
     pub lease_namespace: Option<String>,
     /// The ServiceAccount the host runs as.
@@ -34,7 +35,7 @@ pub struct RbacOptions {
 impl Default for RbacOptions {
     fn default() -> Self {
         Self {
-            namespace: None,
+            namespaces: Vec::new(),
             lease_namespace: None,
             service_account: "kinformer".into(),
             service_account_namespace: "kinformer".into(),
@@ -51,10 +52,11 @@ impl Default for RbacOptions {
 /// When the directory cannot be read or a plugin does not pass `kinformer
 /// check` (a broken manifest or file, a refused `init`).
 pub fn permissions(dir: &Path, options: &RbacOptions) -> anyhow::Result<Permissions> {
-    let scope = options
-        .namespace
-        .as_ref()
-        .map_or_else(Scope::all, |ns| Scope::only([ns]));
+    let scope = if options.namespaces.is_empty() {
+        Scope::all()
+    } else {
+        Scope::only(options.namespaces.iter().cloned())
+    };
     let engine = PluginEngine::with_options(&EngineOptions {
         cache_dir: options.cache_dir.clone(),
         ..EngineOptions::default()
@@ -77,7 +79,7 @@ pub fn permissions(dir: &Path, options: &RbacOptions) -> anyhow::Result<Permissi
         let manifest = Manifest::for_plugin(plugin)?;
         let grant = manifest.grant.within(&scope);
         let review = grant.review(&report.registration);
-        permissions.add_plugin(&grant, &review, options.namespace.as_deref());
+        permissions.add_plugin(&grant, &review);
         permissions.add_settings(&manifest.env);
     }
     if let Some(namespace) = &options.lease_namespace {

@@ -132,6 +132,22 @@ struct Inner {
 }
 
 impl Inner {
+    /// Caches `objects` (after what was there was taken out into `old`);
+    /// returns the objects of `old` not among them: those gone.
+    fn refill(
+        &mut self,
+        objects: impl IntoIterator<Item = Arc<CachedObject>>,
+        mut old: BTreeMap<Arc<str>, Arc<CachedObject>>,
+    ) -> Vec<Arc<CachedObject>> {
+        for object in objects {
+            let key = Arc::clone(object.shared_key());
+            old.remove(&key);
+            self.insert_into_indexes(&key, &object);
+            self.objects.insert(key, object);
+        }
+        old.into_values().collect()
+    }
+
     fn insert_into_indexes(&mut self, key: &Arc<str>, object: &CachedObject) {
         for index in self.indexes.values_mut() {
             index.insert(key, object);
@@ -504,7 +520,8 @@ impl Indexer {
     }
 }
 
-/// The write half of the cache. There is one per cache; it is not `Clone`.
+/// The write half of the cache. There is one per cache, or one per namespace
+/// when each namespace is listed on its own; it is not `Clone`.
 #[derive(Debug)]
 pub struct IndexerWriter {
     inner: Arc<RwLock<Inner>>,
@@ -513,6 +530,15 @@ pub struct IndexerWriter {
 impl IndexerWriter {
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
         self.inner.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Another writer of this cache, for an informer that fills it with one
+    /// reflector per namespace: each writer keeps to its own namespace
+    /// (relisting with [`IndexerWriter::replace_in`]).
+    pub(crate) fn for_namespace(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
     }
 
     /// A read handle on this cache.
@@ -584,22 +610,43 @@ impl IndexerWriter {
         add_index(&self.inner, name, field_path)
     }
 
+    /// Replaces what is cached in `namespace` (after a relist of that namespace
+    /// alone, by one of several reflectors filling one cache); returns the
+    /// objects there that are gone. Other namespaces' objects stay.
+    pub fn replace_in(
+        &self,
+        namespace: &str,
+        objects: impl IntoIterator<Item = Arc<CachedObject>>,
+    ) -> Vec<Arc<CachedObject>> {
+        use std::ops::Bound;
+        let mut inner = self.write();
+        let prefix = format!("{namespace}/");
+        let keys: Vec<Arc<str>> = inner
+            .objects
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(&prefix))
+            .map(|(key, _)| Arc::clone(key))
+            .collect();
+        let mut old = BTreeMap::new();
+        for key in keys {
+            if let Some(previous) = inner.objects.remove(&key) {
+                inner.remove_from_indexes(&key, &previous);
+                old.insert(key, previous);
+            }
+        }
+        inner.refill(objects, old)
+    }
+
     /// Replaces the whole content (after a relist); returns the objects that are
     /// gone.
     pub fn replace(&self, objects: impl IntoIterator<Item = Arc<CachedObject>>) -> Vec<Arc<CachedObject>> {
         let mut inner = self.write();
-        let mut old = std::mem::take(&mut inner.objects);
+        let old = std::mem::take(&mut inner.objects);
         inner.labels.clear();
         for index in inner.indexes.values_mut() {
             index.clear();
         }
-        for object in objects {
-            let key = Arc::clone(object.shared_key());
-            old.remove(&key);
-            inner.insert_into_indexes(&key, &object);
-            inner.objects.insert(key, object);
-        }
-        old.into_values().collect()
+        inner.refill(objects, old)
     }
 }
 

@@ -41,8 +41,13 @@ pub enum Error {
 pub struct InformerKey {
     /// The resource type.
     pub gvk: GroupVersionKind,
-    /// Only this namespace; all when `None`.
+    /// Only this namespace; all when `None` (and `namespaces` is empty).
     pub namespace: Option<String>,
+    /// Only these namespaces, each listed and watched on its own into one
+    /// cache: what a host may do whose credentials cannot list across
+    /// namespaces. Empty unless there are two or more; see
+    /// [`InformerKey::namespaces`].
+    pub namespaces: std::collections::BTreeSet<String>,
     /// A label selector.
     pub label_selector: Option<String>,
     /// A field selector.
@@ -56,6 +61,7 @@ impl InformerKey {
         Self {
             gvk,
             namespace: None,
+            namespaces: std::collections::BTreeSet::new(),
             label_selector: None,
             field_selector: None,
         }
@@ -65,7 +71,43 @@ impl InformerKey {
     #[must_use]
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
+        self.namespaces.clear();
         self
+    }
+
+    /// Only these namespaces: one list and watch each (as
+    /// [`InformerKey::namespace`] for one), all of them in one cache.
+    #[must_use]
+    pub fn namespaces(mut self, namespaces: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        let mut namespaces: std::collections::BTreeSet<String> = namespaces.into_iter().map(Into::into).collect();
+        if namespaces.len() == 1 {
+            self.namespace = namespaces.pop_first();
+        } else {
+            self.namespace = None;
+            self.namespaces = namespaces;
+        }
+        self
+    }
+
+    /// The namespaces listed, one list and watch each; `[None]` for one
+    /// across all namespaces.
+    fn watched(&self) -> Vec<Option<String>> {
+        if self.namespaces.is_empty() {
+            vec![self.namespace.clone()]
+        } else {
+            self.namespaces.iter().cloned().map(Some).collect()
+        }
+    }
+
+    /// What it lists, for logs and metrics: `(all)`, a namespace, or several
+    /// joined by commas.
+    #[must_use]
+    pub fn namespace_label(&self) -> String {
+        match (&self.namespace, self.namespaces.is_empty()) {
+            (Some(namespace), _) => namespace.clone(),
+            (None, true) => "(all)".to_owned(),
+            (None, false) => self.namespaces.iter().cloned().collect::<Vec<_>>().join(","),
+        }
     }
 
     /// Only objects matching `selector`.
@@ -81,14 +123,26 @@ struct Running {
     key: InformerKey,
     cache: Indexer,
     processor: Arc<SharedProcessor>,
-    status: Arc<ReflectorStatus>,
-    task: tokio::task::JoinHandle<()>,
+    /// One reflector per namespace listed (one for all namespaces).
+    reflectors: Vec<(Arc<ReflectorStatus>, tokio::task::JoinHandle<()>)>,
+}
+
+impl Running {
+    fn has_synced(&self) -> bool {
+        self.reflectors.iter().all(|(status, _)| status.has_synced())
+    }
+
+    fn sum(&self, count: impl Fn(&ReflectorStatus) -> u64) -> u64 {
+        self.reflectors.iter().map(|(status, _)| count(status)).sum()
+    }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         tracing::info!(resource = %self.key.gvk.kind, "last subscriber gone: informer stopped");
-        self.task.abort();
+        for (_, task) in &self.reflectors {
+            task.abort();
+        }
     }
 }
 
@@ -136,19 +190,22 @@ impl SharedIndexInformer {
     /// True once the first list is in the cache.
     #[must_use]
     pub fn has_synced(&self) -> bool {
-        self.running.status.has_synced()
+        self.running.has_synced()
     }
 
     /// The last watch error (see [`ReflectorStatus::last_error`]).
     #[must_use]
     pub fn last_error(&self) -> Option<String> {
-        self.running.status.last_error()
+        self.running
+            .reflectors
+            .iter()
+            .find_map(|(status, _)| status.last_error())
     }
 
     /// Watch errors the informer survived.
     #[must_use]
     pub fn watch_errors(&self) -> u64 {
-        self.running.status.watch_errors()
+        self.running.sum(ReflectorStatus::watch_errors)
     }
 
     /// Adds a listener; it gets the cache as an initial list, then live deltas.
@@ -231,7 +288,7 @@ impl SharedInformerFactory {
             return Ok(SharedIndexInformer { running });
         }
         let gvk = &key.gvk;
-        let (resource, _) = kube::discovery::pinned_kind(&self.client, gvk)
+        let (resource, capabilities) = kube::discovery::pinned_kind(&self.client, gvk)
             .await
             .map_err(|source| Error::Discovery {
                 group: gvk.group.clone(),
@@ -239,6 +296,13 @@ impl SharedInformerFactory {
                 kind: gvk.kind.clone(),
                 source,
             })?;
+        // A cluster-scoped resource has no namespaces to list it in.
+        let mut key = key;
+        if capabilities.scope == kube::discovery::Scope::Cluster {
+            key.namespace = None;
+            key.namespaces.clear();
+        }
+        let gvk = &key.gvk;
         let mut informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
         // Another subscriber may have started it while discovery ran.
         if let Some(running) = informers.get(&key).and_then(Weak::upgrade) {
@@ -246,29 +310,34 @@ impl SharedInformerFactory {
         }
         let (cache, writer) = indexer();
         let processor = Arc::new(SharedProcessor::new(gvk.clone(), cache.clone()));
-        let config = ReflectorConfig {
-            namespace: key.namespace.clone(),
-            label_selector: key.label_selector.clone(),
-            field_selector: key.field_selector.clone(),
-            transform: self.transform.clone(),
-            watch_error_hook: self.watch_error_hook.clone(),
-            ..ReflectorConfig::default()
-        };
-        let reflector = Reflector::new(self.client.clone(), resource, config, writer);
-        let status = reflector.status();
         tracing::info!(
             resource = %gvk.kind,
-            namespace = key.namespace.as_deref().unwrap_or("(all)"),
+            namespace = %key.namespace_label(),
             selector = key.label_selector.as_deref().unwrap_or("(none)"),
             "informer starting"
         );
-        let task = tokio::spawn(reflector.run(Arc::clone(&processor)));
+        let reflectors = key
+            .watched()
+            .into_iter()
+            .map(|namespace| {
+                let config = ReflectorConfig {
+                    namespace,
+                    label_selector: key.label_selector.clone(),
+                    field_selector: key.field_selector.clone(),
+                    transform: self.transform.clone(),
+                    watch_error_hook: self.watch_error_hook.clone(),
+                    ..ReflectorConfig::default()
+                };
+                let reflector = Reflector::new(self.client.clone(), resource.clone(), config, writer.for_namespace());
+                let status = reflector.status();
+                (status, tokio::spawn(reflector.run(Arc::clone(&processor))))
+            })
+            .collect();
         let running = Arc::new(Running {
             key: key.clone(),
             cache,
             processor,
-            status,
-            task,
+            reflectors,
         });
         informers.retain(|_, informer| informer.strong_count() > 0);
         informers.insert(key, Arc::downgrade(&running));
@@ -292,12 +361,16 @@ impl SharedInformerFactory {
             .map(|running| InformerStats {
                 key: running.key.clone(),
                 objects: running.cache.len(),
-                synced: running.status.has_synced(),
-                lists: running.status.lists(),
-                watch_errors: running.status.watch_errors(),
-                gone: running.status.gone(),
-                last_sync: running.status.last_sync(),
-                alive: !running.task.is_finished(),
+                synced: running.has_synced(),
+                lists: running.sum(ReflectorStatus::lists),
+                watch_errors: running.sum(ReflectorStatus::watch_errors),
+                gone: running.sum(ReflectorStatus::gone),
+                last_sync: running
+                    .reflectors
+                    .iter()
+                    .filter_map(|(status, _)| status.last_sync())
+                    .min(),
+                alive: running.reflectors.iter().all(|(_, task)| !task.is_finished()),
             })
             .collect()
     }

@@ -24,6 +24,39 @@ use kube::api::{ApiResource, GroupVersionKind};
 use crate::grant::{Grant, Review, Verb};
 use crate::manifest::{EnvValue, EnvVar};
 
+/// Whether `gvk` is one of Kubernetes' built-in cluster-scoped kinds, listed
+/// cluster-wide whatever namespaces a plugin is granted. A custom
+/// cluster-scoped resource subscribed to by a plugin granted some namespaces
+/// needs its rule moved to the ClusterRole by hand.
+fn cluster_scoped(gvk: &GroupVersionKind) -> bool {
+    const KINDS: &[(&str, &str)] = &[
+        ("", "Namespace"),
+        ("", "Node"),
+        ("", "PersistentVolume"),
+        ("", "ComponentStatus"),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("apiregistration.k8s.io", "APIService"),
+        ("certificates.k8s.io", "CertificateSigningRequest"),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+        ("metrics.k8s.io", "NodeMetrics"),
+        ("networking.k8s.io", "IngressClass"),
+        ("node.k8s.io", "RuntimeClass"),
+        ("rbac.authorization.k8s.io", "ClusterRole"),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        ("scheduling.k8s.io", "PriorityClass"),
+        ("storage.k8s.io", "CSIDriver"),
+        ("storage.k8s.io", "CSINode"),
+        ("storage.k8s.io", "StorageClass"),
+        ("storage.k8s.io", "VolumeAttachment"),
+    ];
+    KINDS.contains(&(gvk.group.as_str(), gvk.kind.as_str()))
+}
+
 /// An API group and a resource (`deployments`, `deployments/scale`, `*`).
 type Resource = (String, String);
 
@@ -47,16 +80,24 @@ impl Permissions {
     }
 
     /// Adds what a plugin needs: `list` and `watch` for each subscription its
-    /// review accepted (in its namespace, or `host_namespace` when the host is
-    /// confined to one, or cluster-wide), and each verb of `grant`'s write
-    /// rules. Pass the grant as the runtime narrows it
-    /// ([`Grant::within`] the host's namespace) and its review.
-    pub fn add_plugin(&mut self, grant: &Grant, review: &Review, host_namespace: Option<&str>) {
+    /// review accepted, where the runtime lists it (its own namespace; else
+    /// each namespace of the grant, when the grant or the host is confined to
+    /// some; else cluster-wide, as always for cluster-scoped resources), and
+    /// each verb of `grant`'s write rules. Pass the grant as the runtime
+    /// narrows it ([`Grant::within`] the host's namespaces) and its review.
+    pub fn add_plugin(&mut self, grant: &Grant, review: &Review) {
         for subscription in &review.subscriptions {
-            let namespace = subscription.namespace.as_deref().or(host_namespace);
             let resource = resource_of(&subscription.gvk, None);
-            let verbs = self.rules(namespace).entry(resource).or_default();
-            verbs.extend(["list", "watch"]);
+            let namespaces: Vec<Option<String>> = match (&subscription.namespace, grant.namespaces().namespaces()) {
+                _ if cluster_scoped(&subscription.gvk) => vec![None],
+                (Some(namespace), _) => vec![Some(namespace.clone())],
+                (None, Some(namespaces)) => namespaces.iter().cloned().map(Some).collect(),
+                (None, None) => vec![None],
+            };
+            for namespace in namespaces {
+                let verbs = self.rules(namespace.as_deref()).entry(resource.clone()).or_default();
+                verbs.extend(["list", "watch"]);
+            }
         }
         for rule in grant.writes() {
             let namespaces: Vec<Option<String>> = match rule.namespaces().namespaces() {
@@ -243,7 +284,7 @@ mod tests {
             controller: None,
         };
         let mut permissions = Permissions::new();
-        permissions.add_plugin(&grant, &grant.review(&registration), None);
+        permissions.add_plugin(&grant, &grant.review(&registration));
         permissions.add_leader_election("kinformer");
         let cluster = permissions.cluster_rules();
         assert_eq!(cluster.len(), 3, "{cluster:?}");
@@ -283,11 +324,40 @@ mod tests {
             controller: None,
         };
         let mut permissions = Permissions::new();
-        permissions.add_plugin(&grant, &grant.review(&registration), Some("team"));
+        permissions.add_plugin(&grant, &grant.review(&registration));
         assert!(permissions.cluster_rules().is_empty());
         let team = &permissions.namespaced_rules()["team"];
         assert_eq!(rule(team, "", "pods"), Some(vec!["list".into(), "watch".into()]));
         assert_eq!(rule(team, "apps", "*"), Some(vec!["delete".into()]));
+    }
+
+    #[test]
+    fn a_host_confined_to_namespaces_lists_in_each_and_cluster_scoped_kinds_cluster_wide() {
+        let grant = Grant::default().within(&Scope::only(["a", "b"]));
+        let registration = Registration {
+            name: "p".into(),
+            version: "1".into(),
+            subscriptions: vec![
+                subscription("", "v1", "ConfigMap", None),
+                subscription("", "v1", "Node", None),
+                subscription("apps", "v1", "Deployment", Some("a")),
+            ],
+            indexes: Vec::new(),
+            controller: None,
+        };
+        let mut permissions = Permissions::new();
+        permissions.add_plugin(&grant, &grant.review(&registration));
+        let cluster = permissions.cluster_rules();
+        assert_eq!(rule(&cluster, "", "nodes"), Some(vec!["list".into(), "watch".into()]));
+        assert_eq!(rule(&cluster, "", "configmaps"), None);
+        let namespaced = permissions.namespaced_rules();
+        assert_eq!(namespaced.keys().collect::<Vec<_>>(), ["a", "b"]);
+        for namespace in ["a", "b"] {
+            let rules = &namespaced[namespace];
+            assert_eq!(rule(rules, "", "configmaps"), Some(vec!["list".into(), "watch".into()]));
+        }
+        assert!(rule(&namespaced["a"], "apps", "deployments").is_some());
+        assert!(rule(&namespaced["b"], "apps", "deployments").is_none());
     }
 
     #[test]
@@ -329,7 +399,7 @@ mod tests {
             },
         ];
         let mut permissions = Permissions::new();
-        permissions.add_plugin(&grant, &grant.review(&registration), None);
+        permissions.add_plugin(&grant, &grant.review(&registration));
         permissions.add_settings(&env);
         let cluster = permissions.cluster_rules();
         assert_eq!(

@@ -121,6 +121,9 @@ pub(crate) struct DeltaMaker {
     relist: Option<Vec<Arc<CachedObject>>>,
     /// Until the first list completes, deltas are flagged as the initial list.
     initial: bool,
+    /// The one namespace listed, when the cache is filled by one reflector
+    /// per namespace: a relist replaces only that namespace's objects.
+    namespace: Option<String>,
 }
 
 impl DeltaMaker {
@@ -139,7 +142,16 @@ impl DeltaMaker {
             replaced_deltas,
             relist: None,
             initial: true,
+            namespace: None,
         }
+    }
+
+    /// Lists only `namespace`: a relist compares with and replaces that
+    /// namespace's objects alone.
+    #[must_use]
+    pub(crate) fn within(mut self, namespace: Option<String>) -> Self {
+        self.namespace = namespace;
+        self
     }
 
     /// True while the first list is in progress.
@@ -236,6 +248,7 @@ impl DeltaMaker {
             .reader()
             .list_all()
             .into_iter()
+            .filter(|object| self.namespace.is_none() || object.namespace() == self.namespace.as_deref())
             .map(|object| (object.key().to_owned(), object))
             .collect();
         let mut deltas = Vec::new();
@@ -245,7 +258,10 @@ impl DeltaMaker {
         let mut vanished: Vec<_> = previous.into_values().collect();
         vanished.sort_by(|a, b| a.key().cmp(b.key()));
         deltas.extend(vanished.into_iter().map(|old| self.delta(DeltaType::Deleted, old)));
-        self.writer.replace(listed);
+        match &self.namespace {
+            Some(namespace) => self.writer.replace_in(namespace, listed),
+            None => self.writer.replace(listed),
+        };
         deltas
     }
 }
@@ -307,7 +323,8 @@ impl Reflector {
             None => Api::all_with(client, &resource),
         };
         let gvk = GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind);
-        let maker = DeltaMaker::new(gvk, writer, config.transform.clone(), config.replaced_deltas);
+        let maker = DeltaMaker::new(gvk, writer, config.transform.clone(), config.replaced_deltas)
+            .within(config.namespace.clone());
         Self {
             api,
             config,
@@ -538,5 +555,45 @@ mod tests {
             [(DeltaType::Deleted, "a/x".into(), "8".into(), false)]
         );
         assert!(maker.writer.reader().is_empty());
+    }
+
+    #[test]
+    fn reflectors_of_several_namespaces_fill_one_cache_and_relist_only_their_own() {
+        let in_namespace = |namespace: &str, name: &str, rv: &str| {
+            CachedObject::from_value(&json!({
+                "metadata": {"name": name, "namespace": namespace, "uid": format!("{namespace}-{name}"), "resourceVersion": rv}
+            }))
+            .unwrap()
+        };
+        let (cache, writer) = indexer();
+        let gvk = GroupVersionKind::gvk("", "v1", "ConfigMap");
+        let maker = |namespace: &str| {
+            DeltaMaker::new(gvk.clone(), writer.for_namespace(), Transform::default(), false)
+                .within(Some(namespace.to_owned()))
+        };
+        let (mut a, mut b) = (maker("a"), maker("b"));
+        list(&mut a, vec![in_namespace("a", "x", "1"), in_namespace("a", "y", "2")]);
+        list(&mut b, vec![in_namespace("b", "x", "3")]);
+        assert_eq!(cache.len(), 3);
+        // b relists without its object: only b's is deleted; a's stay, unreported.
+        let deltas = list(&mut b, Vec::new());
+        assert_eq!(
+            summary(&deltas),
+            [(DeltaType::Deleted, "b/x".into(), "3".into(), false)]
+        );
+        let keys: Vec<String> = cache.list_all().iter().map(|object| object.key().to_owned()).collect();
+        assert_eq!(keys, ["a/x", "a/y"]);
+        // a relists one changed and one gone.
+        let deltas = list(&mut a, vec![in_namespace("a", "x", "4")]);
+        assert_eq!(
+            summary(&deltas),
+            [
+                (DeltaType::Updated, "a/x".into(), "4".into(), false),
+                (DeltaType::Deleted, "a/y".into(), "2".into(), false)
+            ]
+        );
+        assert_eq!(cache.len(), 1);
+        assert_eq!(cache.by_index("namespace", "a", 10).unwrap().objects.len(), 1);
+        assert!(cache.by_index("namespace", "b", 10).unwrap().objects.is_empty());
     }
 }

@@ -13,9 +13,10 @@ pub(crate) struct Rbac {
     /// Directory of plugin components (*.wasm) and their manifests (*.toml).
     #[arg(long)]
     plugins: PathBuf,
-    /// The namespace `kinformer run --namespace` confines the host to.
-    #[arg(long)]
-    namespace: Option<String>,
+    /// The namespaces `kinformer run --namespace` confines the host to
+    /// (repeat the flag or separate them by commas).
+    #[arg(long, value_delimiter = ',')]
+    namespace: Vec<String>,
     /// Add what leader election needs (`kinformer run --leader-elect`).
     #[arg(long)]
     leader_elect: bool,
@@ -36,7 +37,7 @@ pub(crate) struct Rbac {
 impl Rbac {
     pub(crate) fn run(self) -> anyhow::Result<u8> {
         let options = RbacOptions {
-            namespace: self.namespace,
+            namespaces: self.namespace,
             lease_namespace: self.leader_elect.then(|| {
                 self.lease_namespace
                     .unwrap_or_else(|| self.service_account_namespace.clone())

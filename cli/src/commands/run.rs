@@ -24,9 +24,11 @@ pub(crate) struct Run {
     /// in-cluster service account).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Confine every plugin and informer to this namespace.
-    #[arg(long)]
-    namespace: Option<String>,
+    /// Confine every plugin and informer to these namespaces (repeat the
+    /// flag or separate them by commas); each is listed and watched on its
+    /// own, so RoleBindings in them are all the host needs.
+    #[arg(long, value_delimiter = ',')]
+    namespace: Vec<String>,
     #[command(flatten)]
     election: ElectionArgs,
     #[command(flatten)]
@@ -47,10 +49,10 @@ impl Run {
                 .instance(instance())
                 .api_server(&cluster.cluster_url);
             let client = kube::Client::try_from(cluster)?;
-            if let Some(election) = self.election.config(self.namespace.as_deref()) {
+            if let Some(election) = self.election.config(self.namespace.first().map(String::as_str)) {
                 config = config.leader_election(election);
             }
-            if let Some(namespace) = self.namespace {
+            for namespace in self.namespace {
                 config = config.namespace(namespace);
             }
             if let Some(address) = self.engine.status_addr {
@@ -79,7 +81,7 @@ struct ElectionArgs {
     /// The Lease's name.
     #[arg(long, default_value = "kinformer", requires = "leader_elect")]
     lease_name: String,
-    /// The Lease's namespace (default: $POD_NAMESPACE, --namespace, or
+    /// The Lease's namespace (default: $POD_NAMESPACE, the first --namespace, or
     /// `default`).
     #[arg(long, requires = "leader_elect")]
     lease_namespace: Option<String>,

@@ -141,7 +141,14 @@ fn informer(stats: &InformerStats) -> Labels {
     vec![
         ("api_version", api_version),
         ("kind", gvk.kind.clone()),
-        ("namespace", stats.key.namespace.clone().unwrap_or_default()),
+        (
+            "namespace",
+            if stats.key.namespace.is_none() && stats.key.namespaces.is_empty() {
+                String::new()
+            } else {
+                stats.key.namespace_label()
+            },
+        ),
         ("label_selector", stats.key.label_selector.clone().unwrap_or_default()),
     ]
 }

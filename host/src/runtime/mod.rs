@@ -199,8 +199,10 @@ pub struct RuntimeConfig {
     /// Plugins given in code, run beside the directory's (see
     /// [`EmbeddedPlugin`]).
     pub embedded: Vec<EmbeddedPlugin>,
-    /// Confine every plugin (and every informer) to this namespace.
-    pub namespace: Option<String>,
+    /// Confine every plugin (and every informer) to these namespaces; every
+    /// namespace when empty. Each is listed and watched on its own: the host
+    /// never lists across namespaces.
+    pub namespaces: std::collections::BTreeSet<String>,
     /// How the engine compiles and allocates.
     pub engine: EngineOptions,
     /// Where every plugin's log lines go, besides `tracing`.
@@ -241,7 +243,7 @@ impl std::fmt::Debug for RuntimeConfig {
                 "embedded",
                 &self.embedded.iter().map(EmbeddedPlugin::name).collect::<Vec<_>>(),
             )
-            .field("namespace", &self.namespace)
+            .field("namespaces", &self.namespaces)
             .field("engine", &self.engine)
             .field("log_sink", &self.log_sink.is_some())
             .field("observer", &self.observer.is_some())
@@ -312,10 +314,10 @@ impl RuntimeConfig {
         self
     }
 
-    /// Sets [`RuntimeConfig::namespace`].
+    /// Adds `namespace` to [`RuntimeConfig::namespaces`].
     #[must_use]
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
+        self.namespaces.insert(namespace.into());
         self
     }
 
@@ -350,7 +352,7 @@ impl Default for RuntimeConfig {
             plugins: None,
             embedded: Vec::new(),
             engine: EngineOptions::default(),
-            namespace: None,
+            namespaces: std::collections::BTreeSet::new(),
             log_sink: None,
             observer: None,
             watch: true,

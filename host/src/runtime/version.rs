@@ -55,8 +55,6 @@ pub(super) struct Context<'a> {
     pub(super) env: Vec<(String, String)>,
     /// The namespaces the host itself is confined to.
     pub(super) scope: &'a Scope,
-    /// The namespace every informer is confined to, when the host is.
-    pub(super) namespace: Option<&'a str>,
     pub(super) log_sink: LogSink,
     /// Where the plugin's writes go.
     pub(super) cluster: &'a Cluster,
@@ -132,11 +130,17 @@ impl Version {
         let review = prepare::review(name, &grant, &registration, &manifest.limits).map_err(registration_error)?;
         let mut informers: Vec<(SharedIndexInformer, bool)> = Vec::new();
         for subscription in &review.subscriptions {
-            let mut key = InformerKey::new(subscription.gvk.clone());
-            key.namespace = subscription
-                .namespace
-                .clone()
-                .or_else(|| context.namespace.map(str::to_owned));
+            // A plugin granted some namespaces (or on a host confined to some)
+            // lists those alone, one list and watch each, as credentials bound
+            // by RoleBindings in those namespaces allow.
+            let key = match (&subscription.namespace, grant.namespaces().namespaces()) {
+                (Some(namespace), _) => InformerKey::new(subscription.gvk.clone()).namespace(namespace.clone()),
+                (None, Some(namespaces)) => {
+                    InformerKey::new(subscription.gvk.clone()).namespaces(namespaces.iter().cloned())
+                }
+                (None, None) => InformerKey::new(subscription.gvk.clone()),
+            };
+            let mut key = key;
             key.label_selector.clone_from(&subscription.label_selector);
             let informer = context.factory.informer(key).await.map_err(|source| Error::Informer {
                 plugin: name.to_owned(),

@@ -128,7 +128,6 @@ pub(super) struct Supervisor {
     /// instead of a directory file of the same name.
     embedded: Mutex<BTreeMap<String, EmbeddedPlugin>>,
     pub(super) scope: Scope,
-    pub(super) namespace: Option<String>,
     pub(super) log_sink: Option<LogSink>,
     pub(super) observer: Option<BatchObserver>,
     /// Whether this replica leads: writing plugins run only while it does.
@@ -159,8 +158,11 @@ impl Supervisor {
         election: Option<Leadership>,
     ) -> Self {
         let leadership = election.clone().unwrap_or_else(Leadership::always);
-        let namespace = config.namespace.clone();
-        let scope = namespace.as_ref().map_or_else(Scope::all, |ns| Scope::only([ns]));
+        let scope = if config.namespaces.is_empty() {
+            Scope::all()
+        } else {
+            Scope::only(config.namespaces.iter().cloned())
+        };
         Self {
             engine,
             cluster: Cluster::new(factory.client().clone())
@@ -173,7 +175,6 @@ impl Supervisor {
             dir: config.plugins.clone(),
             embedded: Mutex::default(),
             scope,
-            namespace,
             log_sink: config.log_sink.clone(),
             observer: config.observer.clone(),
             election,
@@ -563,7 +564,6 @@ impl Supervisor {
             factory: &self.factory,
             env,
             scope: &self.scope,
-            namespace: self.namespace.as_deref(),
             log_sink: self.status_sink(status),
             cluster: &self.cluster,
             addresses: &self.addresses,
