@@ -256,4 +256,167 @@ fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_
             .iter()
             .any(|volume| volume.name == "cache" && volume.empty_dir.is_some())
     );
+
+    // The variant whose plugins come from an OCI artifact: the same host
+    // container, its /plugins an emptyDir that an ORAS sidecar fills by
+    // renames (so a reader never sees half a file), started first.
+    let objects = documents(&std::fs::read_to_string(deploy().join("kinformer-oci.yaml")).unwrap());
+    assert_eq!(objects.iter().map(kind).collect::<Vec<_>>(), ["Deployment"]);
+    let oci: Deployment = serde_yaml::from_value(objects[0].clone()).unwrap();
+    assert_eq!(oci.metadata.name.as_deref(), Some("kinformer"));
+    assert_eq!(oci.metadata.namespace.as_deref(), Some("kinformer"));
+    let oci_pod = oci.spec.template.spec.unwrap();
+    assert_eq!(
+        oci_pod.containers, pod.containers,
+        "the host container differs from deploy/kinformer.yaml's"
+    );
+    let sidecar = &oci_pod.init_containers.as_ref().unwrap()[0];
+    assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"), "a native sidecar");
+    let image = sidecar.image.as_deref().unwrap();
+    assert!(image.starts_with("ghcr.io/oras-project/oras:v"), "{image}");
+    assert!(
+        sidecar.startup_probe.is_some(),
+        "the host starts once the first pull is in"
+    );
+    let script = sidecar.command.as_ref().unwrap().join(" ");
+    assert!(script.contains("oras pull") && script.contains("mv "), "{script}");
+    let mounts = sidecar.volume_mounts.as_ref().unwrap();
+    assert!(
+        mounts
+            .iter()
+            .any(|mount| mount.name == "plugins" && mount.mount_path == "/plugins" && mount.read_only != Some(true))
+    );
+    let oci_volumes = oci_pod.volumes.unwrap();
+    assert!(
+        oci_volumes
+            .iter()
+            .any(|volume| volume.name == "plugins" && volume.empty_dir.is_some())
+    );
+    let security = sidecar.security_context.clone().unwrap();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+}
+
+/// The OCI sidecar's script, run with a stand-in `oras` that serves a local
+/// directory as the artifact: each pushed version lands in the plugin
+/// directory, changed files by rename, dropped files removed, and an
+/// unchanged digest pulls nothing.
+#[test]
+fn the_oci_sidecar_publishes_each_version_by_renames_and_drops_what_left() {
+    let objects = documents(&std::fs::read_to_string(deploy().join("kinformer-oci.yaml")).unwrap());
+    let oci: Deployment = serde_yaml::from_value(objects[0].clone()).unwrap();
+    let pod = oci.spec.template.spec.unwrap();
+    let sidecar = &pod.init_containers.unwrap()[0];
+    let script = sidecar.command.as_ref().unwrap()[2].clone();
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for sub in ["bin", "artifact", "plugins", "sync"] {
+        std::fs::create_dir(d.join(sub)).unwrap();
+    }
+    // `oras manifest fetch --descriptor REF` prints the digest in `digest`;
+    // `oras pull --no-tty --output DIR REF@DIGEST` copies the artifact and
+    // counts the pulls.
+    let fake = format!(
+        "#!/bin/sh\n\
+         case \"$1 $2\" in\n\
+         'manifest fetch') printf '{{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"%s\",\"size\":9}}\\n' \"$(cat {d}/digest)\" ;;\n\
+         'pull --no-tty') echo \"$5\" >> {d}/pulls; cp {d}/artifact/* \"$4\"/ ;;\n\
+         *) exit 2 ;;\n\
+         esac\n",
+        d = d.display()
+    );
+    let oras = d.join("bin/oras");
+    std::fs::write(&oras, fake).unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&oras)
+        .status()
+        .unwrap();
+    let publish = |digest: &str, files: &[(&str, &str)]| {
+        for entry in std::fs::read_dir(d.join("artifact")).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        for (name, text) in files {
+            std::fs::write(d.join("artifact").join(name), text).unwrap();
+        }
+        std::fs::write(d.join("digest"), digest).unwrap();
+    };
+    let plugins = || -> Vec<(String, String)> {
+        let mut files: Vec<(String, String)> = std::fs::read_dir(d.join("plugins"))
+            .unwrap()
+            .map(|entry| {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read_to_string(&path).unwrap_or_default())
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let wait_for = |expected: &[(&str, &str)]| {
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(name, text)| ((*name).to_owned(), (*text).to_owned()))
+            .collect();
+        let started = std::time::Instant::now();
+        while plugins() != expected {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "{:?}",
+                plugins()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+
+    publish(
+        "sha256:aa",
+        &[("a.toml", "config = 1"), ("a.wasm", "one"), ("b.wasm", "two")],
+    );
+    let path = format!(
+        "{}:{}",
+        d.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut sidecar = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .env("PATH", path)
+        .env("PLUGINS_ARTIFACT", "registry.example.com:5000/team/plugins:stable")
+        .env("PLUGINS_DIR", d.join("plugins"))
+        .env("SYNC_DIR", d.join("sync"))
+        .env("TMPDIR", d.join("sync"))
+        .env("SYNC_SECONDS", "0.05")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&[("a.toml", "config = 1"), ("a.wasm", "one"), ("b.wasm", "two")]);
+    assert!(d.join("sync/ready").exists(), "the startup probe's file");
+    let modified = |name: &str| {
+        std::fs::metadata(d.join("plugins").join(name))
+            .unwrap()
+            .modified()
+            .unwrap()
+    };
+    let untouched = modified("a.toml");
+
+    // A new version: a.wasm changed, b.wasm dropped, c.wasm added.
+    publish(
+        "sha256:bb",
+        &[("a.toml", "config = 1"), ("a.wasm", "ONE"), ("c.wasm", "three")],
+    );
+    wait_for(&[("a.toml", "config = 1"), ("a.wasm", "ONE"), ("c.wasm", "three")]);
+    assert_eq!(modified("a.toml"), untouched, "an unchanged file is not rewritten");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _ = sidecar.kill();
+    let _ = sidecar.wait();
+    let pulls = std::fs::read_to_string(d.join("pulls")).unwrap();
+    assert_eq!(
+        pulls.lines().collect::<Vec<_>>(),
+        [
+            "registry.example.com:5000/team/plugins@sha256:aa",
+            "registry.example.com:5000/team/plugins@sha256:bb"
+        ],
+        "one pull per digest, by digest"
+    );
 }
