@@ -133,14 +133,13 @@ impl Version {
             // A plugin granted some namespaces (or on a host confined to some)
             // lists those alone, one list and watch each, as credentials bound
             // by RoleBindings in those namespaces allow.
-            let key = match (&subscription.namespace, grant.namespaces().namespaces()) {
+            let mut key = match (&subscription.namespace, grant.namespaces().namespaces()) {
                 (Some(namespace), _) => InformerKey::new(subscription.gvk.clone()).namespace(namespace.clone()),
                 (None, Some(namespaces)) => {
                     InformerKey::new(subscription.gvk.clone()).namespaces(namespaces.iter().cloned())
                 }
                 (None, None) => InformerKey::new(subscription.gvk.clone()),
             };
-            let mut key = key;
             key.label_selector.clone_from(&subscription.label_selector);
             let informer = context.factory.informer(key).await.map_err(|source| Error::Informer {
                 plugin: name.to_owned(),
