@@ -145,7 +145,7 @@ fn needed(dir: &Path, cache: &Path) -> BTreeSet<Permission> {
             }
         }
     }
-    for verb in ["get", "create", "update"] {
+    for verb in ["get", "list", "create", "update"] {
         needed.insert((
             "kinformer".into(),
             "coordination.k8s.io".into(),

@@ -1,7 +1,10 @@
-//! Leader election between `kinformer run` processes against the emulation:
-//! one replica writes at a time; a leader cut off from the API server stops
-//! writing before its Lease could expire; a killed leader is replaced once its
-//! Lease expires, a stopped one at once; read-only plugins run everywhere.
+//! Leader election between `kinformer run` processes against the emulation.
+//! One Lease: one replica writes at a time; a leader cut off from the API
+//! server stops writing before its Lease could expire; a killed leader is
+//! replaced once its Lease expires, a stopped one at once; read-only plugins
+//! run everywhere. A Lease per plugin: the replicas share the writers, a
+//! killed replica's plugins move once their Leases expire, a stopped one's at
+//! once, and a replica that joins gets its share.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::path::{Path, PathBuf};
@@ -35,7 +38,7 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(name: &'static str, server: &ApiServer, dir: &Path) -> Self {
+    fn start(name: &'static str, server: &ApiServer, dir: &Path, mode: &str) -> Self {
         let kubeconfig = dir.join(format!("{name}.kubeconfig"));
         std::fs::write(&kubeconfig, server.kubeconfig_with_token(name)).unwrap();
         let status = std::net::TcpListener::bind("127.0.0.1:0")
@@ -55,7 +58,7 @@ impl Replica {
             .arg(dir.join("cache"))
             .arg("--status-addr")
             .arg(status.to_string())
-            .args(["--leader-elect", "--lease-name", "writers"])
+            .args(["--leader-elect", "--lease-name", "writers", "--leader-elect-mode", mode])
             .args(["--leader-elect-lease-duration", &ms(lease)])
             .args(["--leader-elect-renew-deadline", &ms(renew_deadline)])
             .args(["--leader-elect-retry-period", &ms(retry)])
@@ -250,7 +253,7 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
     let mut referee = Referee::default();
 
     // A leads and writes; B follows: its writer waits, its logger runs.
-    let a = Replica::start("a", &server, d);
+    let a = Replica::start("a", &server, d, "single");
     referee
         .until(
             &[&a],
@@ -270,7 +273,7 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
         leading,
         Some((Some("default/writers".to_owned()), prometheus_parse::Value::Gauge(1.0)))
     );
-    let b = Replica::start("b", &server, d);
+    let b = Replica::start("b", &server, d, "single");
     referee
         .until(
             &[&a, &b],
@@ -349,7 +352,7 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
     drop(a);
 
     // B is killed: C takes over once B's Lease expires.
-    let c = Replica::start("c", &server, d);
+    let c = Replica::start("c", &server, d, "single");
     referee.follows(&b, &c, startup).await;
     let mut b = b;
     b.child.kill().unwrap();
@@ -357,7 +360,7 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
     drop(b);
 
     // C stops (SIGTERM): it releases the Lease, D takes over at once.
-    let d_replica = Replica::start("d", &server, d);
+    let d_replica = Replica::start("d", &server, d, "single");
     referee.follows(&c, &d_replica, startup).await;
     c.terminate();
     let stop_failover = referee.took_over(&[&c, &d_replica], "d", startup).await;
@@ -374,5 +377,250 @@ async fn one_replica_writes_at_a_time_and_another_takes_over_when_it_dies_hangs_
         cut_failover.as_millis(),
         kill_failover.as_millis(),
         stop_failover.as_millis()
+    );
+}
+
+/// The writing plugins of the per-plugin test.
+const WRITERS: [&str; 6] = ["w0", "w1", "w2", "w3", "w4", "w5"];
+
+/// One replica as its status endpoint shows it: the plugins it leads, and
+/// each writer's writes.
+#[derive(Debug, Clone)]
+struct Share {
+    leads: Vec<String>,
+    replicas: u64,
+    writes: std::collections::BTreeMap<String, u64>,
+}
+
+impl Replica {
+    async fn share(&self) -> Option<Share> {
+        let leader = get(self.status, "/leader").await?;
+        let plugins = get(self.status, "/plugins").await?;
+        let leads = leader["leads"]
+            .as_array()?
+            .iter()
+            .filter_map(|plugin| plugin.as_str().map(str::to_owned))
+            .collect();
+        let writes = plugins
+            .as_array()?
+            .iter()
+            .filter_map(|plugin| Some((plugin["name"].as_str()?.to_owned(), plugin["writes"].as_u64()?)))
+            .collect();
+        Some(Share {
+            leads,
+            replicas: leader["replicas"].as_u64()?,
+            writes,
+        })
+    }
+}
+
+/// Watches every replica's writes per plugin: fails the test when two
+/// replicas wrote for one plugin between the same two looks.
+#[derive(Default)]
+struct PluginReferee {
+    last: std::collections::HashMap<&'static str, Share>,
+    /// Who wrote for each plugin at the last look that saw a write.
+    writing: std::collections::BTreeMap<String, &'static str>,
+}
+
+impl PluginReferee {
+    async fn look(&mut self, replicas: &[&Replica]) {
+        let mut wrote: std::collections::BTreeMap<String, Vec<&'static str>> = std::collections::BTreeMap::new();
+        for replica in replicas {
+            let Some(now) = replica.share().await else { continue };
+            if let Some(before) = self.last.get(replica.name) {
+                for (plugin, writes) in &now.writes {
+                    if *writes > before.writes.get(plugin).copied().unwrap_or(0) {
+                        wrote.entry(plugin.clone()).or_default().push(replica.name);
+                    }
+                }
+            }
+            self.last.insert(replica.name, now);
+        }
+        for (plugin, writers) in wrote {
+            assert!(writers.len() <= 1, "replicas {writers:?} wrote for {plugin} at once");
+            self.writing.insert(plugin, writers[0]);
+        }
+    }
+
+    /// Looks until `done`, or fails with `what` after `limit`; returns how
+    /// long it took.
+    async fn until(
+        &mut self,
+        replicas: &[&Replica],
+        what: &str,
+        limit: Duration,
+        mut done: impl FnMut(&Self) -> bool,
+    ) -> Duration {
+        let start = Instant::now();
+        loop {
+            self.look(replicas).await;
+            if done(self) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{what} within {limit:?}; seen: {:?}; logs:\n{}",
+                self.last,
+                replicas
+                    .iter()
+                    .map(|replica| format!("--- {}\n{}", replica.name, replica.log()))
+                    .collect::<String>()
+            );
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    }
+
+    /// True when each of `replicas` leads `each` plugins, together all of
+    /// them, and each plugin was last written by the replica leading it.
+    fn balanced(&self, replicas: &[&Replica], each: usize) -> bool {
+        let mut led: Vec<&String> = Vec::new();
+        for replica in replicas {
+            let Some(share) = self.last.get(replica.name) else {
+                return false;
+            };
+            if share.leads.len() != each || share.replicas != replicas.len() as u64 {
+                return false;
+            }
+            if !share
+                .leads
+                .iter()
+                .all(|plugin| self.writing.get(plugin) == Some(&replica.name))
+            {
+                return false;
+            }
+            led.extend(&share.leads);
+        }
+        led.sort();
+        led == WRITERS.iter().collect::<Vec<_>>()
+    }
+
+    fn leads(&self, replica: &Replica) -> Vec<String> {
+        self.last
+            .get(replica.name)
+            .map(|share| share.leads.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_the_writing_plugins_and_take_over_those_of_a_replica_that_dies_or_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let plugins = d.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    // Six writers: each patches a ConfigMap on every Pod delta.
+    for name in WRITERS {
+        std::fs::write(plugins.join(format!("{name}.wasm")), plugin_artifacts::WRITER).unwrap();
+        std::fs::write(
+            plugins.join(format!("{name}.toml")),
+            "config = \"flood:ns-0\"\n\
+             [[grant.write]]\nverbs = [\"create\", \"patch\"]\nresources = [\"v1/ConfigMap\"]\nnamespaces = [\"ns-0\"]\n",
+        )
+        .unwrap();
+    }
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let _churn = server
+        .start_workload(&Workload::default().seed(5).size(1, 2, 3).changes_per_second(10.0))
+        .unwrap();
+    let startup = Duration::from_secs(90);
+    let [lease, _, retry] = timings();
+    let mut referee = PluginReferee::default();
+
+    // Three replicas: two plugins each, every plugin written by its leader.
+    let a = Replica::start("a", &server, d, "per-plugin");
+    let b = Replica::start("b", &server, d, "per-plugin");
+    let c = Replica::start("c", &server, d, "per-plugin");
+    referee
+        .until(
+            &[&a, &b, &c],
+            "three replicas never led two plugins each",
+            startup,
+            |referee| referee.balanced(&[&a, &b, &c], 2),
+        )
+        .await;
+    // Every plugin's Lease is in the metrics, led here or not.
+    let metrics = text(a.status, "/metrics").await.unwrap();
+    let scrape = prometheus_parse::Scrape::parse(metrics.lines().map(|line| Ok(line.to_owned()))).unwrap();
+    let mut leases: Vec<(String, f64)> = scrape
+        .samples
+        .iter()
+        .filter(|sample| sample.metric == "leader_election_master_status")
+        .filter_map(|sample| match sample.value {
+            prometheus_parse::Value::Gauge(value) => Some((sample.labels.get("name")?.to_owned(), value)),
+            _ => None,
+        })
+        .collect();
+    leases.sort_by(|x, y| x.0.cmp(&y.0));
+    let led_by_a: Vec<String> = referee
+        .leads(&a)
+        .iter()
+        .map(|plugin| format!("default/writers-{plugin}"))
+        .collect();
+    assert_eq!(
+        leases.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(),
+        WRITERS.map(|plugin| format!("default/writers-{plugin}"))
+    );
+    assert!(
+        leases
+            .iter()
+            .all(|(name, value)| (*value == 1.0) == led_by_a.contains(name)),
+        "{leases:?}"
+    );
+
+    // A is killed: its two plugins go to B and C once their Leases expire.
+    let mut a = a;
+    a.child.kill().unwrap();
+    let killed = referee
+        .until(
+            &[&b, &c],
+            "the killed replica's plugins never moved",
+            startup,
+            |referee| referee.balanced(&[&b, &c], 3),
+        )
+        .await;
+    drop(a);
+    // Each took over once the Lease expired (as seen from its last renewal)
+    // and at its next try; the margin is for loading the plugin and the
+    // looks of this test on a loaded machine.
+    let bound = lease + retry * 4 + Duration::from_secs(3);
+    assert!(killed <= bound, "the plugins moved after {killed:?}, over {bound:?}");
+
+    // D joins: B and C each give one back, D takes its share.
+    let d_replica = Replica::start("d", &server, d, "per-plugin");
+    let joined = referee
+        .until(
+            &[&b, &c, &d_replica],
+            "the replica that joined never got its share",
+            startup,
+            |referee| referee.balanced(&[&b, &c, &d_replica], 2),
+        )
+        .await;
+
+    // B stops (SIGTERM): it releases its Leases, C and D take them at once.
+    b.terminate();
+    let stopped = referee
+        .until(
+            &[&b, &c, &d_replica],
+            "the stopped replica's plugins never moved",
+            startup,
+            |referee| referee.balanced(&[&c, &d_replica], 3),
+        )
+        .await;
+    let log = b.log();
+    assert_eq!(
+        log.matches("released the plugin's Lease").count(),
+        2,
+        "the stopped replica did not release both its Leases:\n{log}"
+    );
+    let bound = retry * 4 + Duration::from_secs(3);
+    assert!(stopped <= bound, "the plugins moved after {stopped:?}, over {bound:?}");
+    println!(
+        "per-plugin failover (lease {} ms, retry {} ms, 6 writers): killed {} ms, joined and balanced {} ms, stopped {} ms",
+        lease.as_millis(),
+        retry.as_millis(),
+        killed.as_millis(),
+        joined.as_millis(),
+        stopped.as_millis()
     );
 }

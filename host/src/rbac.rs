@@ -151,14 +151,15 @@ impl Permissions {
         }
     }
 
-    /// Adds what leader election on a Lease in `namespace` needs: `get`,
-    /// `create` and `update` on Leases.
+    /// Adds what leader election on Leases in `namespace` needs: `get`,
+    /// `create` and `update`, and `list` (per plugin, a replica reads its
+    /// group's Leases in one list).
     pub fn add_leader_election(&mut self, namespace: &str) {
         let verbs = self
             .rules(Some(namespace))
             .entry(("coordination.k8s.io".to_owned(), "leases".to_owned()))
             .or_default();
-        verbs.extend(["get", "create", "update"]);
+        verbs.extend(["get", "list", "create", "update"]);
     }
 
     fn rules(&mut self, namespace: Option<&str>) -> &mut Rules {
@@ -307,7 +308,7 @@ mod tests {
         );
         assert_eq!(
             rule(&namespaced["kinformer"], "coordination.k8s.io", "leases"),
-            Some(vec!["create".into(), "get".into(), "update".into()])
+            Some(vec!["create".into(), "get".into(), "list".into(), "update".into()])
         );
     }
 

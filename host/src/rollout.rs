@@ -85,12 +85,18 @@ pub fn next_of(name: &str) -> Option<&str> {
 /// keys to the next version.
 #[must_use]
 pub fn key_share(key: &str) -> u8 {
+    (stable_hash(key) % 100) as u8
+}
+
+/// FNV-1a of `text`: the same in every process and release.
+#[must_use]
+pub fn stable_hash(text: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.bytes() {
+    for byte in text.bytes() {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    (hash % 100) as u8
+    hash
 }
 
 /// True when a canary at `percent` owns `key`.

@@ -72,13 +72,18 @@ impl Run {
 /// Leader election among replicas, as Kubernetes controllers do it.
 #[derive(Debug, clap::Args)]
 struct ElectionArgs {
-    /// Take part in leader election on a Lease: plugins that can write (a
-    /// write grant, or the controller world) run only on the leader; the
+    /// Take part in leader election: plugins that can write (a write grant,
+    /// or the controller world) run only on the replica that leads them; the
     /// others run on every replica. The identity is $POD_NAME, or the host
     /// name and process id.
     #[arg(long)]
     leader_elect: bool,
-    /// The Lease's name.
+    /// `per-plugin`: each writing plugin has its own Lease (`NAME-PLUGIN`)
+    /// and the replicas share the writers; `single`: one Lease (`NAME`), its
+    /// holder runs every writer.
+    #[arg(long, value_enum, default_value_t = LeaderMode::PerPlugin, requires = "leader_elect")]
+    leader_elect_mode: LeaderMode,
+    /// The Lease's name; per plugin, the prefix of the Leases' names.
     #[arg(long, default_value = "kinformer", requires = "leader_elect")]
     lease_name: String,
     /// The Lease's namespace (default: $POD_NAMESPACE, the first --namespace, or
@@ -110,13 +115,24 @@ impl ElectionArgs {
             .unwrap_or_else(|| "default".to_owned());
         let identity = env("POD_NAME").unwrap_or_else(|| format!("{}_{}", host_name(), std::process::id()));
         Some(
-            LeaderElectionConfig::new(&self.lease_name, lease_namespace, identity).durations(
-                self.leader_elect_lease_duration,
-                self.leader_elect_renew_deadline,
-                self.leader_elect_retry_period,
-            ),
+            LeaderElectionConfig::new(&self.lease_name, lease_namespace, identity)
+                .durations(
+                    self.leader_elect_lease_duration,
+                    self.leader_elect_renew_deadline,
+                    self.leader_elect_retry_period,
+                )
+                .per_plugin(self.leader_elect_mode == LeaderMode::PerPlugin),
         )
     }
+}
+
+/// How the replicas share the writing plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LeaderMode {
+    /// A Lease per writing plugin: the replicas share the writers.
+    PerPlugin,
+    /// One Lease: its holder runs every writer.
+    Single,
 }
 
 /// A variable of the environment, when set and not empty.

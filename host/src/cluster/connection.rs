@@ -176,10 +176,11 @@ impl Cluster {
         })
     }
 
-    /// `send` under `timeout`, abandoned (its request cancelled) if
-    /// this replica stops leading meanwhile.
+    /// `send` under `timeout`; a write of the plugin `writer` is abandoned
+    /// (its request cancelled) if this replica stops leading it meanwhile.
     pub(super) async fn timed<T>(
         &self,
+        writer: Option<&str>,
         timeout: Duration,
         send: impl Future<Output = Result<T, WriteError>>,
     ) -> Result<T, WriteError> {
@@ -187,6 +188,12 @@ impl Cluster {
             return send.await;
         }
         let mut leadership = self.leadership.clone();
+        let lost = async {
+            match writer {
+                Some(plugin) => leadership.lost(plugin).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             sent = tokio::time::timeout(timeout, send) => sent.unwrap_or_else(|_| {
                 Err(WriteError::Unavailable(format!(
@@ -194,7 +201,7 @@ impl Cluster {
                     timeout.as_millis()
                 )))
             }),
-            () = leadership.lost() => Err(WriteError::Unavailable(
+            () = lost => Err(WriteError::Unavailable(
                 "this replica stopped leading: the write was abandoned".to_owned(),
             )),
         }

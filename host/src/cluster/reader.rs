@@ -118,7 +118,10 @@ impl Writer {
         self.admit_read(&request)?;
         let inner = &self.inner;
         let started = std::time::Instant::now();
-        let answer = inner.cluster.timed(inner.timeout, inner.cluster.read(&request)).await;
+        let answer = inner
+            .cluster
+            .timed(None, inner.timeout, inner.cluster.read(&request))
+            .await;
         let answer = answer.and_then(|text| match text {
             Some(text) if text.len() > inner.read_bytes => Err(WriteError::TooLarge(format!(
                 "the answer is {} bytes, over this plugin's query-bytes of {}",

@@ -181,7 +181,8 @@ impl Writer {
 
     /// `send` under the plugin's write timeout.
     pub(super) async fn timed<T>(&self, send: impl Future<Output = Result<T, WriteError>>) -> Result<T, WriteError> {
-        self.inner.cluster.timed(self.inner.timeout, send).await
+        let inner = &self.inner;
+        inner.cluster.timed(Some(&inner.plugin), inner.timeout, send).await
     }
 
     /// Sends a prepared write as this plugin.
@@ -203,10 +204,11 @@ impl Writer {
     /// refused at once.
     pub(super) fn admit(&self, verb: Verb, target: &ObjectRef) -> Result<(), WriteError> {
         let inner = &self.inner;
-        if !inner.cluster.leadership.is_leading() {
-            return Err(WriteError::Unavailable(
-                "this replica is not the leader: its writes are held".to_owned(),
-            ));
+        if !inner.cluster.leadership.leads(&inner.plugin) {
+            return Err(WriteError::Unavailable(format!(
+                "this replica is not the leader of plugin {}: its writes are held",
+                inner.plugin
+            )));
         }
         if !inner.grant.allows_write(
             verb,

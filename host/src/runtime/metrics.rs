@@ -420,11 +420,23 @@ impl Scrape {
         family.gauge(
             "leader_election_master_status",
             "1 while this replica leads on the Lease `name`, 0 otherwise.",
-            self.leader.iter().map(|leader| {
-                (
-                    vec![("name", leader.lease.clone())],
-                    f64::from(u8::from(leader.leading)),
-                )
+            self.leader.iter().flat_map(|leader| {
+                let single = (leader.mode == "single").then(|| {
+                    (
+                        vec![("name", leader.lease.clone())],
+                        f64::from(u8::from(leader.leading)),
+                    )
+                });
+                // Per plugin: one Lease each.
+                let (namespace, prefix) = leader.lease.split_once('/').unwrap_or(("", &leader.lease));
+                let plugins = leader.plugins.keys().map(move |plugin| {
+                    let lease = crate::leader::plugin_lease_name(prefix, plugin);
+                    (
+                        vec![("name", format!("{namespace}/{lease}"))],
+                        f64::from(u8::from(leader.leads.contains(plugin))),
+                    )
+                });
+                single.into_iter().chain(plugins)
             }),
         )?;
         Ok(())

@@ -456,9 +456,9 @@ impl Runtime {
         let election = election.zip(leadership).map(|(election, mut leadership)| {
             let weak = Arc::downgrade(&supervisor);
             let follower = tokio::spawn(async move {
-                while let Some(leading) = leadership.changed().await {
+                while let Some(leader) = leadership.changed().await {
                     let Some(supervisor) = weak.upgrade() else { break };
-                    drop(supervisor.follow_leadership(leading).await);
+                    drop(supervisor.follow_leadership(&leader).await);
                 }
             });
             (election, follower)

@@ -1,8 +1,12 @@
 //! The leadership gate: a plugin that writes runs only while this replica
-//! leads; it stands by until then, and is stopped when leading ends.
+//! leads it (leads at all, with one Lease); it stands by until then, and is
+//! stopped when leading it ends.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+use crate::leader::LeaderStatus;
+use crate::rollout::next_of;
 
 use super::super::directory::Fingerprint;
 use super::super::status::{PluginState, SharedStatus, update};
@@ -10,8 +14,8 @@ use super::super::worker::{Command, WorkerHandle};
 use super::{Done, Plugin, Supervisor};
 
 impl Supervisor {
-    /// Leaves a writing plugin waiting until this replica leads, unless it
-    /// leads: true when it waits. Asked and marked under the plugins' lock,
+    /// Leaves a writing plugin waiting until this replica leads it, unless it
+    /// does: true when it waits. Asked and marked under the plugins' lock,
     /// which [`Supervisor::follow_leadership`] takes once leading began, so a
     /// plugin that waits is started then.
     pub(super) fn stand_by(
@@ -21,7 +25,7 @@ impl Supervisor {
         fingerprint: &Fingerprint,
         status: &SharedStatus,
     ) -> bool {
-        if self.leadership.is_leading() {
+        if self.leadership.leads(name) {
             return false;
         }
         if let Some(plugin) = plugins.get_mut(name) {
@@ -29,27 +33,31 @@ impl Supervisor {
             plugin.standby = true;
         }
         update(status, |status| status.state = PluginState::Standby);
-        tracing::info!(plugin = %name, "the plugin writes to the cluster: it runs once this replica leads");
+        tracing::info!(plugin = %name, "the plugin writes to the cluster: it runs once this replica leads it");
         true
     }
 
-    /// Starts the writing plugins when this replica starts leading; stops
-    /// them, after the call each is in, when it stops (their writes are
-    /// already held by the cluster's gate). Returns the loads started.
-    pub(in crate::runtime) async fn follow_leadership(self: &Arc<Self>, leading: bool) -> Vec<Done> {
-        if leading {
-            for plugin in self.plugins().values_mut().filter(|plugin| plugin.standby) {
-                plugin.standby = false;
-                plugin.applied = None;
-            }
-            return self.rescan().await;
-        }
-        let _one_at_a_time = self.rescanning.lock().await;
+    /// Tells the election which writing plugins this replica can run (a next
+    /// version runs with the plugin it is the next version of).
+    pub(super) fn offer_writers(&self, plugins: &BTreeMap<String, Plugin>) {
+        let writers: BTreeSet<String> = plugins
+            .iter()
+            .filter(|(_, plugin)| plugin.writes)
+            .map(|(name, _)| next_of(name).unwrap_or(name).to_owned())
+            .collect();
+        self.leadership.offer(writers);
+    }
+
+    /// Stops the writing plugins this replica no longer leads, after the
+    /// call each is in (their writes are already held by the cluster's
+    /// gate); then starts those it now leads. Returns the loads started.
+    pub(in crate::runtime) async fn follow_leadership(self: &Arc<Self>, leader: &LeaderStatus) -> Vec<Done> {
+        let one_at_a_time = self.rescanning.lock().await;
         let stopping: Vec<(SharedStatus, Option<WorkerHandle>)> = self
             .plugins()
-            .values_mut()
-            .filter(|plugin| plugin.writes && !plugin.standby)
-            .map(|plugin| {
+            .iter_mut()
+            .filter(|(name, plugin)| plugin.writes && !plugin.standby && !leader.leads(name))
+            .map(|(_, plugin)| {
                 if let Some(loading) = plugin.loading.take() {
                     loading.task.abort();
                 }
@@ -66,6 +74,17 @@ impl Supervisor {
             }
             update(&status, |status| status.state = PluginState::Standby);
         }
-        Vec::new()
+        drop(one_at_a_time);
+        let mut starting = false;
+        for (_, plugin) in self
+            .plugins()
+            .iter_mut()
+            .filter(|(name, plugin)| plugin.standby && leader.leads(name))
+        {
+            plugin.standby = false;
+            plugin.applied = None;
+            starting = true;
+        }
+        if starting { self.rescan().await } else { Vec::new() }
     }
 }

@@ -362,7 +362,9 @@ impl Supervisor {
                 .filter(|name| scanned && !wanted.contains_key(*name))
                 .cloned()
                 .collect();
-            gone.iter().filter_map(|name| plugins.remove(name)).collect()
+            let removed = gone.iter().filter_map(|name| plugins.remove(name)).collect();
+            self.offer_writers(&plugins);
+            removed
         };
         for plugin in &removed {
             let name = update(&plugin.status, |status| status.name.clone());
@@ -542,10 +544,14 @@ impl Supervisor {
             }
         };
         let writes = !manifest.grant.writes().is_empty() || component.is_controller();
-        self.plugins().entry(name.to_owned()).and_modify(|plugin| {
-            plugin.component = Some(component.clone());
-            plugin.writes = writes;
-        });
+        {
+            let mut plugins = self.plugins();
+            plugins.entry(name.to_owned()).and_modify(|plugin| {
+                plugin.component = Some(component.clone());
+                plugin.writes = writes;
+            });
+            self.offer_writers(&plugins);
+        }
         if writes && self.stand_by(&mut self.plugins(), name, &fingerprint, status) {
             return;
         }

@@ -17,13 +17,25 @@
 //! [`Elector`] is the pure part (what to write given the Lease read, and when
 //! leading ends); [`LeaderElection::start`] runs it against the API server and
 //! publishes a [`Leadership`] that the runtime follows.
+//!
+//! Two modes. With one Lease ([`LeaderElectionConfig::new`]) the leader runs
+//! every writing plugin and the other replicas none. Per plugin
+//! ([`LeaderElectionConfig::per_plugin`], [`plugins`]) each writing plugin has
+//! a Lease of its own and the replicas share the writers between them, each
+//! taking no more than its share.
 
+mod plugins;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
+
+pub use plugins::{plugin_lease_name, share};
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -32,7 +44,8 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaderElectionConfig {
-    /// The Lease's name.
+    /// The Lease's name; per plugin, the prefix of every Lease's name
+    /// (`NAME-PLUGIN`, and `NAME.replica.IDENTITY` for each replica).
     pub lease_name: String,
     /// The Lease's namespace.
     pub lease_namespace: String,
@@ -46,6 +59,8 @@ pub struct LeaderElectionConfig {
     pub renew_deadline: Duration,
     /// How often to try to take or renew the Lease (client-go: 2 s).
     pub retry_period: Duration,
+    /// A Lease per writing plugin instead of one for all.
+    pub per_plugin: bool,
 }
 
 impl LeaderElectionConfig {
@@ -59,7 +74,16 @@ impl LeaderElectionConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            per_plugin: false,
         }
+    }
+
+    /// A Lease per writing plugin, named after `lease_name`: the replicas
+    /// share the writing plugins, each leading at most its share of them.
+    #[must_use]
+    pub fn per_plugin(mut self, per_plugin: bool) -> Self {
+        self.per_plugin = per_plugin;
+        self
     }
 
     /// Sets the lease duration, renew deadline and retry period.
@@ -215,9 +239,11 @@ impl Elector {
     /// What to write, given the Lease as read at `now` (`None`: there is none)
     /// and the wall clock time `wall` for the record.
     pub fn attempt(&mut self, read: Option<&LeaseRecord>, now: Instant, wall: Timestamp) -> Attempt {
+        let identity = self.identity.clone();
+        let seconds = self.lease_duration.as_secs().max(1).try_into().unwrap_or(i32::MAX);
         let mine = |acquire_time, transitions| LeaseRecord {
-            holder: self.identity.clone(),
-            lease_duration_seconds: self.lease_duration.as_secs().max(1).try_into().unwrap_or(i32::MAX),
+            holder: identity.clone(),
+            lease_duration_seconds: seconds,
             acquire_time: Some(acquire_time),
             renew_time: Some(wall),
             transitions,
@@ -225,24 +251,29 @@ impl Elector {
         let Some(read) = read else {
             return Attempt::Create(mine(wall, 0));
         };
-        if self.observed.as_ref() != Some(read) {
-            self.observed = Some(read.clone());
-            self.observed_at = Some(now);
-        }
-        let observed_at = self.observed_at.unwrap_or(now);
         if read.holder == self.identity {
+            self.held_by_other(read, now);
             return Attempt::Update(mine(read.acquire_time.unwrap_or(wall), read.transitions));
         }
-        // Measured from when this replica saw the record change, for the
-        // duration the holder wrote (a released Lease says one second).
-        let duration = Duration::from_secs(u64::try_from(read.lease_duration_seconds).unwrap_or(0));
-        let valid = !read.holder.is_empty() && now < observed_at + duration;
-        if valid {
+        if self.held_by_other(read, now) {
             return Attempt::Follow {
                 holder: read.holder.clone(),
             };
         }
         Attempt::Update(mine(wall, read.transitions + 1))
+    }
+
+    /// Notes the Lease as read at `now`: true when another replica holds it
+    /// and its holder renewed it within its duration, measured from when
+    /// this replica saw the record change (a released Lease says one second).
+    pub fn held_by_other(&mut self, read: &LeaseRecord, now: Instant) -> bool {
+        if self.observed.as_ref() != Some(read) {
+            self.observed = Some(read.clone());
+            self.observed_at = Some(now);
+        }
+        let observed_at = self.observed_at.unwrap_or(now);
+        let duration = Duration::from_secs(u64::try_from(read.lease_duration_seconds).unwrap_or(0));
+        !read.holder.is_empty() && read.holder != self.identity && now < observed_at + duration
     }
 
     /// The write of an attempt sent at `sent` succeeded: this replica leads
@@ -291,70 +322,130 @@ impl Elector {
 pub struct LeaderStatus {
     /// This replica's identity.
     pub identity: String,
-    /// `namespace/name` of the Lease.
+    /// `namespace/name` of the Lease; per plugin, `namespace/prefix`.
     pub lease: String,
-    /// True while this replica leads: its writing plugins run.
+    /// `single` (one Lease) or `per-plugin`.
+    pub mode: &'static str,
+    /// True while this replica leads: its writing plugins run. Per plugin:
+    /// while it leads any.
     pub leading: bool,
-    /// The Lease's holder as last seen, if any.
+    /// The Lease's holder as last seen, if any (one Lease only).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
+    /// Per plugin: the plugins this replica leads.
+    pub leads: BTreeSet<String>,
+    /// Per plugin: every writing plugin this replica can run, with its
+    /// Lease's holder as last seen (`None`: free).
+    pub plugins: BTreeMap<String, Option<String>>,
+    /// Per plugin: the replicas seen alive, this one included.
+    pub replicas: usize,
+    /// Per plugin: how many plugins this replica leads at most.
+    pub share: usize,
+}
+
+impl LeaderStatus {
+    fn single(identity: String, lease: String, leading: bool) -> Self {
+        Self {
+            identity,
+            lease,
+            mode: "single",
+            leading,
+            holder: None,
+            leads: BTreeSet::new(),
+            plugins: BTreeMap::new(),
+            replicas: 0,
+            share: 0,
+        }
+    }
+
+    /// True while this replica may run `plugin` (a next version runs with
+    /// the plugin it is the next version of).
+    #[must_use]
+    pub fn leads(&self, plugin: &str) -> bool {
+        if self.mode == "single" {
+            return self.leading;
+        }
+        self.leads.contains(crate::rollout::next_of(plugin).unwrap_or(plugin))
+    }
 }
 
 /// Reads who leads; cheap to clone. What it says may be up to a retry period
 /// old.
 #[derive(Debug, Clone)]
-pub struct Leadership(watch::Receiver<LeaderStatus>);
+pub struct Leadership {
+    status: watch::Receiver<LeaderStatus>,
+    /// Per plugin: where the runtime says which writing plugins it can run.
+    candidates: Option<Arc<watch::Sender<BTreeSet<String>>>>,
+}
 
 impl Leadership {
     /// A replica that always leads: no election.
     #[must_use]
     pub fn always() -> Self {
-        let status = LeaderStatus {
-            identity: String::new(),
-            lease: String::new(),
-            leading: true,
-            holder: None,
-        };
-        Self(watch::channel(status).1)
+        let status = LeaderStatus::single(String::new(), String::new(), true);
+        Self {
+            status: watch::channel(status).1,
+            candidates: None,
+        }
     }
 
     /// A leadership the test switches by hand.
     #[cfg(test)]
     pub(crate) fn manual(leading: bool) -> (watch::Sender<LeaderStatus>, Self) {
-        let (switch, leadership) = watch::channel(LeaderStatus {
-            identity: "test".into(),
-            lease: "default/test".into(),
-            leading,
-            holder: None,
-        });
-        (switch, Self(leadership))
+        let (switch, status) = watch::channel(LeaderStatus::single("test".into(), "default/test".into(), leading));
+        (
+            switch,
+            Self {
+                status,
+                candidates: None,
+            },
+        )
     }
 
-    /// True while this replica leads.
+    /// True while this replica leads (per plugin: any plugin).
     #[must_use]
     pub fn is_leading(&self) -> bool {
-        self.0.borrow().leading
+        self.status.borrow().leading
+    }
+
+    /// True while this replica may run the writing plugin `plugin`.
+    #[must_use]
+    pub fn leads(&self, plugin: &str) -> bool {
+        self.status.borrow().leads(plugin)
     }
 
     /// The status now.
     #[must_use]
     pub fn status(&self) -> LeaderStatus {
-        self.0.borrow().clone()
+        self.status.borrow().clone()
     }
 
-    /// Returns once this replica does not lead (at once if it does not);
-    /// never while the election runs and it leads, nor after the election
-    /// ends.
-    pub async fn lost(&mut self) {
-        if self.0.wait_for(|status| !status.leading).await.is_err() {
+    /// Returns once this replica may not run `plugin` (at once if it may
+    /// not); never while the election runs and it may, nor after the
+    /// election ends.
+    pub async fn lost(&mut self, plugin: &str) {
+        if self.status.wait_for(|status| !status.leads(plugin)).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
 
-    /// Waits for leading to start or end; `None` when the election stopped.
-    pub async fn changed(&mut self) -> Option<bool> {
-        let leading = self.is_leading();
-        self.0.wait_for(|status| status.leading != leading).await.ok()?;
-        Some(!leading)
+    /// Waits for who leads what to change: the new status; `None` when the
+    /// election stopped.
+    pub async fn changed(&mut self) -> Option<LeaderStatus> {
+        self.status.changed().await.ok()?;
+        Some(self.status.borrow_and_update().clone())
+    }
+
+    /// Says which writing plugins this replica can run: per plugin, it takes
+    /// part in the election of each (and leaves that of the others).
+    pub fn offer(&self, plugins: BTreeSet<String>) {
+        if let Some(candidates) = &self.candidates {
+            candidates.send_if_modified(|offered| {
+                let changed = *offered != plugins;
+                *offered = plugins;
+                changed
+            });
+        }
     }
 }
 
@@ -367,21 +458,38 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// Starts taking part in the election on the Lease of `config`.
+    /// Starts taking part in the election on the Lease of `config` (per
+    /// plugin: on the Lease of each plugin the runtime offers).
     #[must_use]
     pub fn start(client: kube::Client, config: LeaderElectionConfig) -> Self {
-        let status = LeaderStatus {
-            identity: config.identity.clone(),
-            lease: format!("{}/{}", config.lease_namespace, config.lease_name),
-            leading: false,
-            holder: None,
-        };
-        let (publish, leadership) = watch::channel(status);
+        let mut status = LeaderStatus::single(
+            config.identity.clone(),
+            format!("{}/{}", config.lease_namespace, config.lease_name),
+            false,
+        );
         let (release, released) = watch::channel(false);
         let api = kube::Api::<Lease>::namespaced(client, &config.lease_namespace);
-        let task = tokio::spawn(run(api, config, publish, released));
+        let (leadership, task) = if config.per_plugin {
+            status.mode = "per-plugin";
+            let (publish, status) = watch::channel(status);
+            let (candidates, offered) = watch::channel(BTreeSet::new());
+            let task = tokio::spawn(plugins::run(api, config, publish, offered, released));
+            let leadership = Leadership {
+                status,
+                candidates: Some(Arc::new(candidates)),
+            };
+            (leadership, task)
+        } else {
+            let (publish, status) = watch::channel(status);
+            let task = tokio::spawn(run(api, config, publish, released));
+            let leadership = Leadership {
+                status,
+                candidates: None,
+            };
+            (leadership, task)
+        };
         Self {
-            leadership: Leadership(leadership),
+            leadership,
             release,
             task: Some(task),
         }
@@ -501,13 +609,27 @@ async fn run(
     if elector.is_leading() {
         elector.step_down();
         show(&elector);
-        let mut lease = lease_object(name, &elector.release(Timestamp::now()));
-        lease.metadata.resource_version = resource_version;
-        match api.replace(name, &PostParams::default(), &lease).await {
-            Ok(_) => tracing::info!(lease = %publish.borrow().lease, "released the Lease"),
+        let meta = ObjectMeta {
+            name: Some(name.to_owned()),
+            resource_version,
+            ..ObjectMeta::default()
+        };
+        match release(&api, meta, &elector).await {
+            Ok(()) => tracing::info!(lease = %publish.borrow().lease, "released the Lease"),
             Err(error) => tracing::warn!("cannot release the Lease: {}", crate::retry::client_error(&error)),
         }
     }
+}
+
+/// Writes the released record over the Lease `meta` names, at the
+/// resourceVersion it carries.
+async fn release(api: &kube::Api<Lease>, meta: ObjectMeta, elector: &Elector) -> Result<(), kube::Error> {
+    let name = meta.name.clone().unwrap_or_default();
+    let lease = Lease {
+        metadata: meta,
+        spec: Some(elector.release(Timestamp::now()).spec()),
+    };
+    api.replace(&name, &PostParams::default(), &lease).await.map(drop)
 }
 
 /// Reads the Lease and writes what the elector says: true when this replica
@@ -522,31 +644,44 @@ async fn try_once(
     let read = api.get_opt(name).await?;
     let record = read.as_ref().map(LeaseRecord::of);
     let attempt = elector.attempt(record.as_ref(), Instant::now(), Timestamp::now());
-    let written = match attempt {
-        Attempt::Follow { .. } => return Ok(false),
-        Attempt::Create(record) => {
-            let lease = api.create(&PostParams::default(), &lease_object(name, &record)).await?;
-            (lease, record)
-        }
-        Attempt::Update(record) => {
-            let mut lease = lease_object(name, &record);
-            lease.metadata.resource_version = read.and_then(|lease| lease.metadata.resource_version);
-            (api.replace(name, &PostParams::default(), &lease).await?, record)
-        }
+    let meta = ObjectMeta {
+        name: Some(name.to_owned()),
+        ..ObjectMeta::default()
+    };
+    let Some(written) = write(api, meta, read.as_ref(), attempt).await? else {
+        return Ok(false);
     };
     resource_version.clone_from(&written.0.metadata.resource_version);
     elector.succeeded(sent, written.1);
     Ok(true)
 }
 
-fn lease_object(name: &str, record: &LeaseRecord) -> Lease {
-    Lease {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
+/// Writes what `attempt` says, as the Lease `meta` describes (its name,
+/// labels), over `read`: the Lease and record written; `None` when another
+/// replica holds it.
+async fn write(
+    api: &kube::Api<Lease>,
+    mut meta: ObjectMeta,
+    read: Option<&Lease>,
+    attempt: Attempt,
+) -> Result<Option<(Lease, LeaseRecord)>, kube::Error> {
+    let name = meta.name.clone().unwrap_or_default();
+    let (record, create) = match attempt {
+        Attempt::Follow { .. } => return Ok(None),
+        Attempt::Create(record) => (record, true),
+        Attempt::Update(record) => (record, false),
+    };
+    meta.resource_version = read.and_then(|lease| lease.metadata.resource_version.clone());
+    let lease = Lease {
+        metadata: meta,
         spec: Some(record.spec()),
-    }
+    };
+    let written = if create {
+        api.create(&PostParams::default(), &lease).await?
+    } else {
+        api.replace(&name, &PostParams::default(), &lease).await?
+    };
+    Ok(Some((written, record)))
 }
 
 /// A fraction in [0, 1) for the retry jitter; no need for a good generator.
