@@ -36,9 +36,10 @@
 //!
 //! With leader election ([`RuntimeConfig::leader_election`], [`crate::leader`]),
 //! plugins that can write (a write grant, or the controller world) run only
-//! while this replica leads: on the other replicas they stand by, and when
-//! leading ends they are stopped after their current call (their writes held
-//! from that moment). Read-only plugins run on every replica.
+//! while this replica leads them (per plugin, each its own Lease; or all on
+//! one): on the other replicas they stand by, and when leading ends they are
+//! stopped after their current call (their writes held from that moment).
+//! Read-only plugins run on every replica.
 //!
 //! The status address serves the plugins' status (`/plugins`), who leads
 //! (`/leader`), Prometheus metrics read from the same counters (`/metrics`,
