@@ -37,8 +37,9 @@ pub(crate) enum Side {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Work {
     Noop,
-    /// As `Noop`, with kinformer's plugins handed each delta at once (no batch window).
-    NoopAtOnce,
+    /// As `Noop`, with kinformer's plugins gathering deltas for 5 ms after a
+    /// call (`batch-window-ms = 5`, the opt-in for throughput).
+    NoopWindowed,
     Sum,
 }
 
@@ -46,7 +47,7 @@ pub(crate) enum Work {
 pub(crate) fn manifest(work: Work) -> &'static str {
     match work {
         Work::Noop => "config = \"noop\"\n[limits]\nqueue-capacity = 1000000\n",
-        Work::NoopAtOnce => "config = \"noop\"\n[limits]\nqueue-capacity = 1000000\nbatch-window-ms = 0\n",
+        Work::NoopWindowed => "config = \"noop\"\n[limits]\nqueue-capacity = 1000000\nbatch-window-ms = 5\n",
         Work::Sum => "config = \"sum\"\n[limits]\nqueue-capacity = 1000000\n",
     }
 }
@@ -216,7 +217,7 @@ pub(crate) async fn consumer(client: kube::Client, side: Side, work: Work, plugi
                 kube::Api::<Pod>::all,
                 reflector::store::Writer::default(),
                 move |pod| match work {
-                    Work::Noop | Work::NoopAtOnce => {
+                    Work::Noop | Work::NoopWindowed => {
                         std::hint::black_box(pod);
                     }
                     Work::Sum => {

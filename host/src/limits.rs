@@ -31,8 +31,10 @@ pub struct Limits {
     /// Deltas per `handle` call at most.
     pub max_batch: usize,
     /// After a `handle` call, how long the deltas that arrive are gathered
-    /// into the next batch before it is handed out; zero hands each out at
-    /// once. A delta after a quiet spell is handed out at once either way.
+    /// into the next batch before it is handed out. Zero (the default) hands
+    /// each out at once, as client-go and kube-rs hand each event to their
+    /// handlers, and batches only what queued while a call ran; a window
+    /// trades latency for fewer calls, for plugins bound by throughput.
     pub batch_window: Duration,
     /// Writes to the cluster per second, once the burst is spent.
     pub writes_per_second: u32,
@@ -85,7 +87,7 @@ impl Default for Limits {
             log_lines_per_second: 200,
             queue_capacity: 4096,
             max_batch: 64,
-            batch_window: Duration::from_millis(5),
+            batch_window: Duration::ZERO,
             writes_per_second: 10,
             write_burst: 20,
             write_timeout: Duration::from_secs(10),

@@ -38,7 +38,7 @@
 //! log-lines-per-second = 200
 //! queue-capacity = 4096        # deltas queued before catch-up mode
 //! max-batch = 64               # deltas per handle call
-//! batch-window-ms = 5          # gather deltas this long after a call (0: at once)
+//! batch-window-ms = 0          # gather deltas this long after a call (0: at once)
 //! writes-per-second = 10       # token bucket of the plugin's writes...
 //! write-burst = 20             # ...and its size
 //! write-timeout-ms = 10000     # longest wait for the API server per write
@@ -871,7 +871,7 @@ mod tests {
         assert_eq!(manifest.limits.memory_bytes, 16 << 20);
         assert_eq!(manifest.limits.max_batch, 8);
         assert_eq!(manifest.limits.batch_window, Duration::ZERO);
-        assert_eq!(Limits::default().batch_window, Duration::from_millis(5));
+        assert_eq!(Limits::default().batch_window, Duration::ZERO);
         assert_eq!(manifest.limits.query_objects, Limits::default().query_objects);
         assert_eq!(manifest.failures.on_error, OnError::Skip);
         assert_eq!(manifest.failures.max_restarts, 2);

@@ -121,6 +121,15 @@ impl ListenerQueue {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn stats(&self) -> ListenerStats {
+        ListenerStats {
+            queued: self.lock().deltas.len(),
+            overflows: self.overflows.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            outside_scope: self.outside_scope.load(Ordering::Relaxed),
+        }
+    }
+
     fn push(&self, delta: Delta) {
         if !self.scope.contains(&delta.object) {
             if self.outside_scope.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -422,12 +431,26 @@ impl Listener {
     /// The listener's counters.
     #[must_use]
     pub fn stats(&self) -> ListenerStats {
-        ListenerStats {
-            queued: self.queue.lock().deltas.len(),
-            overflows: self.queue.overflows.load(Ordering::Relaxed),
-            dropped: self.queue.dropped.load(Ordering::Relaxed),
-            outside_scope: self.queue.outside_scope.load(Ordering::Relaxed),
-        }
+        self.queue.stats()
+    }
+
+    /// A handle that reads the listener's counters from elsewhere, when they
+    /// are asked for, rather than each time a batch is taken.
+    #[must_use]
+    pub fn probe(&self) -> QueueProbe {
+        QueueProbe(Arc::clone(&self.queue))
+    }
+}
+
+/// Reads a listener's counters: [`Listener::probe`].
+#[derive(Debug, Clone)]
+pub struct QueueProbe(Arc<ListenerQueue>);
+
+impl QueueProbe {
+    /// The listener's counters now.
+    #[must_use]
+    pub fn stats(&self) -> ListenerStats {
+        self.0.stats()
     }
 }
 
@@ -615,6 +638,8 @@ mod tests {
         let (processor, writer, gvk) = setup();
         let options = ListenerOptions::default().queue_capacity(8);
         let mut slow = processor.add_listener("slow", &options);
+        // What a status reads when asked, away from the listener's thread.
+        let probe = slow.probe();
         let mut fast = processor.add_listener("fast", &options);
         assert!(slow.try_next_batch(10).is_none() && fast.try_next_batch(10).is_none());
         change(&processor, &writer, &gvk, object("doomed", 1));
@@ -629,10 +654,10 @@ mod tests {
             }
             fast_seen += fast.try_next_batch(100).map_or(0, |batch| batch.len());
             // The slow listener never reads; its queue stays bounded.
-            assert!(slow.stats().queued <= 8);
+            assert!(probe.stats().queued <= 8);
         }
         assert_eq!(fast_seen, 1 + 998 + 1, "the fast listener saw every change");
-        assert!(slow.stats().overflows >= 1);
+        assert!(probe.stats().overflows >= 1);
 
         // Catching up: a tombstone for what it knew and is gone, then the cache.
         let batch = slow.try_next_batch(1000).unwrap();
@@ -641,6 +666,7 @@ mod tests {
         let replaced: Vec<_> = batch[1..].iter().map(|d| (d.delta_type, d.key().to_owned())).collect();
         assert_eq!(replaced.len(), 20);
         assert!(replaced.iter().all(|(t, _)| *t == DeltaType::Replaced));
+        assert_eq!(probe.stats().queued, 0);
         for delta in &batch[1..] {
             let cached = writer.reader().get(delta.key()).unwrap();
             assert_eq!(cached.resource_version(), delta.object.resource_version());

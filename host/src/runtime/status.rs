@@ -123,10 +123,14 @@ pub struct PluginStatus {
     pub handle_duration: DurationHistogram,
     /// Bytes of linear memory its instance holds, as of its last call.
     pub memory_bytes: usize,
-    /// Deltas waiting in its queues, as last seen by its worker.
+    /// Deltas waiting in its queues, read when the status is.
     pub queued: usize,
     /// Times one of its queues overflowed and caught up from the cache.
     pub catch_ups: u64,
+    /// Its running version's queues, from which `queued` and `catch_ups`
+    /// are read.
+    #[serde(skip)]
+    pub queues: Vec<crate::processor::QueueProbe>,
     /// A controller's workqueue, as of its last reconcile.
     #[serde(skip)]
     pub workqueue: Option<WorkQueueStats>,
@@ -175,6 +179,7 @@ impl PluginStatus {
             memory_bytes: 0,
             queued: 0,
             catch_ups: 0,
+            queues: Vec::new(),
             workqueue: None,
             intents: VecDeque::new(),
             recent_logs: VecDeque::new(),

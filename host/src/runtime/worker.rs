@@ -115,6 +115,7 @@ impl Worker {
     ) -> Result<WorkerHandle, Error> {
         let (commands, received) = tokio::sync::mpsc::unbounded_channel();
         let (feeds, _) = version.attach(name, Vec::new());
+        show_queues(status, &feeds);
         let keys = version
             .controller
             .clone()
@@ -256,6 +257,7 @@ impl Worker {
             State::Quarantined if from != State::Quarantined => {
                 self.instance = None;
                 self.feeds.clear();
+                show_queues(&self.status, &self.feeds);
                 self.pending.clear();
                 if !self.rolled_back {
                     let window_s = self.live.manifest.failures.restart_window.as_secs();
@@ -300,6 +302,7 @@ impl Worker {
                 let mut version = *version;
                 self.instance = version.instance.take();
                 (self.feeds, self.pending) = version.attach(&self.name, std::mem::take(&mut self.feeds));
+                show_queues(&self.status, &self.feeds);
                 let old = std::mem::replace(&mut self.live, version);
                 tracing::info!(
                     plugin = %self.name,
@@ -328,6 +331,7 @@ impl Worker {
             Ok(fresh) => {
                 self.instance = Some(fresh);
                 (self.feeds, _) = self.live.attach(&self.name, Vec::new());
+                show_queues(&self.status, &self.feeds);
                 self.pending.clear();
                 if let Some(keys) = &self.keys {
                     keys.enqueue_all();
@@ -363,6 +367,7 @@ impl Worker {
         });
         self.lifecycle.set_policy(self.live.manifest.failures);
         (self.feeds, self.pending) = self.live.attach(&self.name, std::mem::take(&mut self.feeds));
+        show_queues(&self.status, &self.feeds);
         self.follow_live_version();
         match self.live.fresh_instance() {
             Ok(instance) => {
@@ -748,15 +753,9 @@ impl Worker {
             let took = started.elapsed();
             let memory_bytes = instance.memory_bytes();
             let paused = instance.take_paused();
-            let (queued, catch_ups) = self.feeds.iter().fold((0, 0), |(queued, catch_ups), feed| {
-                let stats = feed.listener.stats();
-                (queued + stats.queued, catch_ups + stats.overflows)
-            });
             update(&self.status, |status| {
                 status.handle_duration.observe(took);
                 status.memory_bytes = memory_bytes;
-                status.queued = queued;
-                status.catch_ups = catch_ups;
                 status.cpu_paused_ms += paused.as_millis() as u64;
                 if handled.is_ok() {
                     status.deltas += count;
@@ -862,6 +861,13 @@ fn next_take(moment: &Moment, max_batch: usize, window: Duration) -> Take {
     Take::Ready {
         gather: (moment.after_call && !window.is_zero()).then_some(window),
     }
+}
+
+/// Points the status at the queues of `feeds`, which it reads when it is
+/// read (not at every batch, which would lock each queue once more).
+fn show_queues(status: &SharedStatus, feeds: &[Feed]) {
+    let queues = feeds.iter().map(|feed| feed.listener.probe()).collect();
+    update(status, |status| status.queues = queues);
 }
 
 /// The budget of a plugin's error lines in the host's log: error messages are

@@ -217,6 +217,13 @@ impl Supervisor {
             .map(|plugin| {
                 let mut status = plugin.status.lock().unwrap_or_else(PoisonError::into_inner).clone();
                 status.outside_grant = plugin.outside_grant.load(std::sync::atomic::Ordering::Relaxed);
+                if !status.queues.is_empty() {
+                    (status.queued, status.catch_ups) =
+                        status.queues.iter().fold((0, 0), |(queued, catch_ups), queue| {
+                            let stats = queue.stats();
+                            (queued + stats.queued, catch_ups + stats.overflows)
+                        });
+                }
                 status.rollout = rollouts.get(&status.name).map(|rollout| rollout.report());
                 status
             })
