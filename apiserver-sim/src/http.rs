@@ -13,6 +13,7 @@ use bytes::{BufMut, BytesMut};
 use kinformer_selector::Selector;
 use serde_json::{Value, json};
 
+use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, Start, WatchRequest};
@@ -150,6 +151,10 @@ impl Request<'_> {
         let store = &self.shared.store;
         match segments[..] {
             ["version"] => Ok(json_response(StatusCode::OK, &resources::version())),
+            ["api"] if self.wants(&[Representation::GroupDiscoveryList]) == Representation::GroupDiscoveryList => {
+                let core = self.group_version_lists("", &["v1".to_owned()]);
+                Ok(aggregated_discovery_response(&[(String::new(), core)]))
+            }
             ["api"] => Ok(json_response(
                 StatusCode::OK,
                 &resources::core_versions(&self.shared.address.to_string()),
@@ -161,7 +166,26 @@ impl Request<'_> {
                 if let Some(groups) = list["groups"].as_array_mut() {
                     groups.push(metrics::api::group());
                 }
-                Ok(json_response(StatusCode::OK, &list))
+                if self.wants(&[Representation::GroupDiscoveryList]) != Representation::GroupDiscoveryList {
+                    return Ok(json_response(StatusCode::OK, &list));
+                }
+                let groups: Vec<(String, Vec<Value>)> = list["groups"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|group| {
+                        let name = group["name"].as_str().unwrap_or_default().to_owned();
+                        let versions: Vec<String> = group["versions"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|version| Some(version["version"].as_str()?.to_owned()))
+                            .collect();
+                        let lists = self.group_version_lists(&name, &versions);
+                        (name, lists)
+                    })
+                    .collect();
+                Ok(aggregated_discovery_response(&groups))
             }
             ["apis", metrics::api::GROUP, ref rest @ ..] => self.metrics(rest),
             ["api", "v1"] => self.resource_list("", "v1"),
@@ -214,23 +238,44 @@ impl Request<'_> {
     }
 
     fn resource_list(&self, group: &str, version: &str) -> Result<Response> {
+        let list = self
+            .group_version_list(group, version)
+            .ok_or_else(|| ApiError::no_route(self.path))?;
+        Ok(json_response(StatusCode::OK, &list))
+    }
+
+    /// The `APIResourceList` of a group version, if it is served.
+    fn group_version_list(&self, group: &str, version: &str) -> Option<Value> {
+        if group == metrics::api::GROUP {
+            return Some(metrics::api::resource_list());
+        }
         let defs = self.shared.store.defs();
         let defs: Vec<_> = defs
             .iter()
             .filter(|d| d.group == group && d.version == version)
             .collect();
         if defs.is_empty() {
-            return Err(ApiError::no_route(self.path));
+            return None;
         }
         let group_version = if group.is_empty() {
             version.to_owned()
         } else {
             format!("{group}/{version}")
         };
-        Ok(json_response(
-            StatusCode::OK,
-            &resources::resource_list(&group_version, defs.into_iter().map(|d| &**d)),
-        ))
+        Some(resources::resource_list(&group_version, defs.into_iter().map(|d| &**d)))
+    }
+
+    /// The `APIResourceList`s of a group's versions, in the order given.
+    fn group_version_lists(&self, group: &str, versions: &[String]) -> Vec<Value> {
+        versions
+            .iter()
+            .filter_map(|version| self.group_version_list(group, version))
+            .collect()
+    }
+
+    /// The form of the answer the client asked for, of those `offered`.
+    fn wants(&self, offered: &[Representation]) -> Representation {
+        Representation::negotiate(self.headers, offered)
     }
 
     fn target(&self, group: &str, version: &str, rest: &[&str]) -> Result<Target> {
@@ -487,10 +532,7 @@ impl Request<'_> {
 
     /// kubectl asks for server-side printed tables.
     fn wants_table(&self) -> bool {
-        self.headers
-            .get(header::ACCEPT)
-            .and_then(|accept| accept.to_str().ok())
-            .is_some_and(|accept| accept.contains("as=Table"))
+        self.wants(&[Representation::Table]) == Representation::Table
     }
 
     fn watch(&self, id: ResourceId, def: Arc<resources::ResourceDef>, filter: Filter) -> Result<Response> {
@@ -594,6 +636,18 @@ fn json_response(status: StatusCode, value: &Value) -> Response {
         status,
         Bytes::from(serde_json::to_vec(value).expect("a JSON value serializes")),
     )
+}
+
+/// An aggregated discovery document, labelled as the API server labels it.
+fn aggregated_discovery_response(groups: &[(String, Vec<Value>)]) -> Response {
+    let mut response = json_response(StatusCode::OK, &resources::aggregated_discovery(groups));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(resources::AGGREGATED_DISCOVERY),
+    );
+    headers.insert(header::VARY, HeaderValue::from_static("Accept"));
+    response
 }
 
 fn bytes_response(status: StatusCode, bytes: Bytes) -> Response {

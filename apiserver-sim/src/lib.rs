@@ -1,7 +1,8 @@
 //! An embedded Kubernetes API server emulation, for demos, tests and benchmarks.
 //!
 //! [`ApiServer::start`] serves the Kubernetes REST API over real HTTP on a loopback
-//! port: discovery, get/list/watch/create/update/patch/delete/deletecollection,
+//! port: discovery (legacy and aggregated, `apidiscovery.k8s.io/v2`),
+//! get/list/watch/create/update/patch/delete/deletecollection,
 //! the `status` and `scale` subresources, server-side apply, `dryRun=All`,
 //! label and field selectors, paging with continue tokens, a cluster-wide
 //! `resourceVersion` with a compaction window (older versions answer 410 Gone),
@@ -66,9 +67,11 @@
 //! ```
 
 mod controllers;
+mod defaults;
 mod faults;
 mod http;
 pub mod metrics;
+mod negotiation;
 pub mod resources;
 pub mod status;
 pub mod store;
@@ -84,7 +87,6 @@ use std::time::Duration;
 
 use axum::serve::ListenerExt as _;
 use serde::Serialize;
-use serde_json::json;
 
 pub use faults::{FaultCounts, Faults};
 pub use metrics::{Metrics, Usage};
@@ -240,8 +242,9 @@ impl std::fmt::Debug for ApiServer {
 }
 
 impl ApiServer {
-    /// Starts serving on `127.0.0.1`, with the built-in resources and the
-    /// `default`, `kube-system` and `kube-public` namespaces.
+    /// Starts serving on `127.0.0.1`, with the built-in resources, the
+    /// `default`, `kube-system` and `kube-public` namespaces, and an
+    /// `APIService` per served group version.
     ///
     /// # Errors
     ///
@@ -250,12 +253,7 @@ impl ApiServer {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port)).await?;
         let address = listener.local_addr()?;
         let store = Store::new(resources::built_in(), config.compaction_window);
-        let namespaces = ResourceId::new("", "v1", "namespaces");
-        for namespace in ["default", "kube-system", "kube-public"] {
-            store
-                .create(&namespaces, None, json!({"metadata": {"name": namespace}}))
-                .expect("a fresh store takes the default namespaces");
-        }
+        defaults::create(&store).expect("a fresh store takes a fresh cluster's objects");
         // Taken before any workload writes, so the controllers see every change.
         let changes = config.controllers.then(|| {
             store.feed(vec![

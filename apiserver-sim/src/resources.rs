@@ -24,7 +24,56 @@ pub struct ResourceDef {
     pub short_names: Vec<String>,
     /// Where the `scale` subresource reads and writes, when it is served.
     pub scale_subresource: Option<ScalePaths>,
+    /// The verbs the resource serves, as discovery lists them.
+    pub verbs: Vec<String>,
+    /// Subresources besides `status` and `scale`, as discovery lists them.
+    pub subresources: Vec<SubresourceDef>,
 }
+
+/// A subresource as discovery lists it: its name, the kind it answers and its verbs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubresourceDef {
+    /// The name after the object's, e.g. `log`.
+    pub name: String,
+    /// The group of the kind it answers; `None` when it is the resource's own.
+    pub group_version: Option<(String, String)>,
+    /// The kind it answers, e.g. `Pod` or `TokenRequest`.
+    pub kind: String,
+    /// Its verbs.
+    pub verbs: Vec<String>,
+}
+
+impl SubresourceDef {
+    /// A subresource answering `kind` of the resource's own group version.
+    #[must_use]
+    pub fn new(name: &str, kind: &str, verbs: &[&str]) -> Self {
+        Self {
+            name: name.to_owned(),
+            group_version: None,
+            kind: kind.to_owned(),
+            verbs: verbs.iter().map(|verb| (*verb).to_owned()).collect(),
+        }
+    }
+
+    /// Answers a kind of another group version.
+    #[must_use]
+    pub fn of(mut self, group: &str, version: &str) -> Self {
+        self.group_version = Some((group.to_owned(), version.to_owned()));
+        self
+    }
+}
+
+/// Every verb of a resource stored as objects.
+const ALL_VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// Where a resource keeps what its `scale` subresource (an `autoscaling/v1`
 /// `Scale`) reads and writes, as a CRD's `subresources.scale` names them.
@@ -66,6 +115,32 @@ impl ResourceDef {
             status_subresource: false,
             short_names: Vec::new(),
             scale_subresource: None,
+            verbs: ALL_VERBS.iter().map(|verb| (*verb).to_owned()).collect(),
+            subresources: Vec::new(),
+        }
+    }
+
+    /// Serves only these verbs.
+    #[must_use]
+    pub fn verbs(mut self, verbs: &[&str]) -> Self {
+        self.verbs = verbs.iter().map(|verb| (*verb).to_owned()).collect();
+        self
+    }
+
+    /// Serves another subresource.
+    #[must_use]
+    pub fn with_subresource(mut self, subresource: SubresourceDef) -> Self {
+        self.subresources.push(subresource);
+        self
+    }
+
+    /// Whether `name` is a subresource it serves.
+    #[must_use]
+    pub fn serves_subresource(&self, name: &str) -> bool {
+        match name {
+            "status" => self.status_subresource,
+            "scale" => self.scale_subresource.is_some(),
+            _ => self.subresources.iter().any(|subresource| subresource.name == name),
         }
     }
 
@@ -113,47 +188,44 @@ impl ResourceDef {
         format!("{}List", self.kind)
     }
 
-    /// The entries of this resource in an `APIResourceList`.
+    /// The entries of this resource in an `APIResourceList`: the resource,
+    /// then its subresources by name. Empty short names are left out, as the
+    /// API server serializes them.
     fn discovery_entries(&self) -> Vec<Value> {
-        let verbs = [
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ];
-        let mut entries = vec![json!({
+        let mut main = json!({
             "name": self.plural,
             "singularName": self.singular,
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": verbs,
-            "shortNames": self.short_names,
-            "storageVersionHash": "",
-        })];
+            "verbs": self.verbs,
+        });
+        if !self.short_names.is_empty() {
+            main["shortNames"] = json!(self.short_names);
+        }
+        let mut subresources = self.subresources.clone();
         if self.status_subresource {
-            entries.push(json!({
-                "name": format!("{}/status", self.plural),
-                "singularName": "",
-                "namespaced": self.namespaced,
-                "kind": self.kind,
-                "verbs": ["get", "patch", "update"],
-            }));
+            subresources.push(SubresourceDef::new("status", &self.kind, &["get", "patch", "update"]));
         }
         if self.scale_subresource.is_some() {
-            entries.push(json!({
-                "name": format!("{}/scale", self.plural),
+            subresources
+                .push(SubresourceDef::new("scale", "Scale", &["get", "patch", "update"]).of("autoscaling", "v1"));
+        }
+        subresources.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut entries = vec![main];
+        entries.extend(subresources.iter().map(|subresource| {
+            let mut entry = json!({
+                "name": format!("{}/{}", self.plural, subresource.name),
                 "singularName": "",
                 "namespaced": self.namespaced,
-                "group": "autoscaling",
-                "version": "v1",
-                "kind": "Scale",
-                "verbs": ["get", "patch", "update"],
-            }));
-        }
+                "kind": subresource.kind,
+                "verbs": subresource.verbs,
+            });
+            if let Some((group, version)) = &subresource.group_version {
+                entry["group"] = json!(group);
+                entry["version"] = json!(version);
+            }
+            entry
+        }));
         entries
     }
 }
@@ -207,6 +279,9 @@ pub fn built_in() -> Vec<ResourceDef> {
         .with_status()
         .short_names(&["hpa"]),
         ResourceDef::new("coordination.k8s.io", "v1", "Lease", "leases"),
+        ResourceDef::new("apiregistration.k8s.io", "v1", "APIService", "apiservices")
+            .cluster_scoped()
+            .with_status(),
         ResourceDef::new(
             "apiextensions.k8s.io",
             "v1",
@@ -240,6 +315,9 @@ pub(crate) mod ids {
     }
     pub(crate) fn replicasets() -> ResourceId {
         ResourceId::new("apps", "v1", "replicasets")
+    }
+    pub(crate) fn apiservices() -> ResourceId {
+        ResourceId::new("apiregistration.k8s.io", "v1", "apiservices")
     }
     pub(crate) fn hpas() -> ResourceId {
         ResourceId::new("autoscaling", "v2", "horizontalpodautoscalers")
@@ -291,6 +369,86 @@ pub fn group_list<'a>(defs: impl Iterator<Item = &'a ResourceDef>) -> Value {
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// The media type of an aggregated discovery document, as the API server
+/// labels it in `Content-Type`.
+pub const AGGREGATED_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// `/api` or `/apis` in aggregated form, an `apidiscovery.k8s.io/v2`
+/// `APIGroupDiscoveryList`: each group (`""` for the core group) with the
+/// `APIResourceList` of each of its versions, preferred first. The content
+/// is read from those legacy documents, so both forms say the same.
+#[must_use]
+pub fn aggregated_discovery(groups: &[(String, Vec<Value>)]) -> Value {
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|(group, lists)| {
+            let metadata = if group.is_empty() {
+                json!({})
+            } else {
+                json!({"name": group})
+            };
+            let versions: Vec<Value> = lists.iter().map(aggregated_version).collect();
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// One version of an aggregated discovery document, from its `APIResourceList`:
+/// each resource with its subresources folded in, ordered by name.
+fn aggregated_version(list: &Value) -> Value {
+    let group_version = list["groupVersion"].as_str().unwrap_or_default();
+    let (group, version) = group_version.split_once('/').unwrap_or(("", group_version));
+    let entries = list["resources"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let kind_of = |entry: &Value| {
+        json!({
+            "group": entry["group"].as_str().unwrap_or(group),
+            "version": entry["version"].as_str().unwrap_or(version),
+            "kind": entry["kind"],
+        })
+    };
+    let mut resources: Vec<Value> = entries
+        .iter()
+        .filter_map(|entry| {
+            let name = entry["name"].as_str().filter(|name| !name.contains('/'))?;
+            let scope = if entry["namespaced"].as_bool() == Some(true) {
+                "Namespaced"
+            } else {
+                "Cluster"
+            };
+            let mut resource = json!({
+                "resource": name,
+                "responseKind": kind_of(entry),
+                "scope": scope,
+                "singularResource": entry["singularName"],
+                "verbs": entry["verbs"],
+            });
+            if entry["shortNames"].as_array().is_some_and(|names| !names.is_empty()) {
+                resource["shortNames"] = entry["shortNames"].clone();
+            }
+            let prefix = format!("{name}/");
+            let subresources: Vec<Value> = entries
+                .iter()
+                .filter_map(|sub| {
+                    let subresource = sub["name"].as_str()?.strip_prefix(&prefix)?;
+                    Some(json!({"subresource": subresource, "responseKind": kind_of(sub), "verbs": sub["verbs"]}))
+                })
+                .collect();
+            if !subresources.is_empty() {
+                resource["subresources"] = json!(subresources);
+            }
+            Some(resource)
+        })
+        .collect();
+    resources.sort_by(|a, b| a["resource"].as_str().cmp(&b["resource"].as_str()));
+    json!({"version": version, "resources": resources, "freshness": "Current"})
 }
 
 /// `/version`.

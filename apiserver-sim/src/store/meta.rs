@@ -6,14 +6,23 @@ use k8s_openapi::jiff::Timestamp;
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
 
-/// A DNS subdomain: at most 253 lowercase alphanumerics, `-` and `.`.
+/// A DNS subdomain: at most 253 lowercase alphanumerics, `-` and `.`. An
+/// APIService is named `version.group`, `v1.` for the core group.
 pub(super) fn check_name(def: &ResourceDef, name: &str) -> Result<()> {
-    let valid = name.len() <= 253
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let subdomain = |name: &str| {
+        name.len() <= 253
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    let valid = match name.split_once('.') {
+        Some((version, group)) if def.kind == "APIService" && def.group == "apiregistration.k8s.io" => {
+            subdomain(version) && (group.is_empty() || subdomain(group))
+        }
+        _ => subdomain(name),
+    };
     if valid {
         Ok(())
     } else {
