@@ -328,12 +328,12 @@ impl Request<'_> {
                     let created = store
                         .transaction(options)
                         .create(&target.id, namespace, self.json_body()?)?;
-                    Ok(object_response(StatusCode::CREATED, &created))
+                    self.object_answer(StatusCode::CREATED, &def, &created)
                 }
                 Method::DELETE => {
                     let options = self.write_options("DeleteOptions", Some(&self.delete_options()?))?;
                     let deleted = store.transaction(options).delete_collection(&target.id, &filter)?;
-                    Ok(list_response(&def, store.resource_version(), None, &deleted))
+                    self.list_answer(&def, store.resource_version(), None, &deleted)
                 }
                 _ => Err(ApiError::method_not_allowed(format!(
                     "{} is not allowed on a collection",
@@ -347,7 +347,7 @@ impl Request<'_> {
                 let scale = store.transaction(WriteOptions::default()).scale(id, namespace, name)?;
                 Ok(json_response(StatusCode::OK, &scale))
             }
-            (Method::GET, _) => Ok(object_response(StatusCode::OK, &store.get(id, namespace, name)?)),
+            (Method::GET, _) => self.object_answer(StatusCode::OK, &def, &store.get(id, namespace, name)?),
             (Method::PUT, Some(Subresource::Scale)) => {
                 let options = self.write_options("UpdateOptions", None)?;
                 let scale = store
@@ -361,7 +361,7 @@ impl Request<'_> {
                 let updated = store
                     .transaction(options)
                     .update(id, namespace, name, self.json_body()?, status)?;
-                Ok(object_response(StatusCode::OK, &updated))
+                self.object_answer(StatusCode::OK, &def, &updated)
             }
             (Method::PATCH, subresource) => {
                 let content_type = self
@@ -381,7 +381,7 @@ impl Request<'_> {
                 let status = subresource == Some(Subresource::Status);
                 let patched = transaction.patch(id, namespace, name, patch_type, patch, status)?;
                 let code = if existed { StatusCode::OK } else { StatusCode::CREATED };
-                Ok(object_response(code, &patched))
+                self.object_answer(code, &def, &patched)
             }
             (Method::DELETE, None) => {
                 let options = self.delete_options()?;
@@ -393,7 +393,7 @@ impl Request<'_> {
                 let deleted = store
                     .transaction(write_options)
                     .delete(id, namespace, name, &preconditions)?;
-                Ok(object_response(StatusCode::OK, &deleted))
+                self.object_answer(StatusCode::OK, &def, &deleted)
             }
             _ => Err(ApiError::method_not_allowed(format!(
                 "{} is not allowed here",
@@ -522,12 +522,64 @@ impl Request<'_> {
         if self.wants_table() {
             return Ok(table_response(page.resource_version, &page.items));
         }
-        Ok(list_response(
-            def,
-            page.resource_version,
-            page.continue_token.as_deref(),
-            &page.items,
-        ))
+        self.list_answer(def, page.resource_version, page.continue_token.as_deref(), &page.items)
+    }
+
+    /// An object in the form the client asked for: itself, or its metadata
+    /// only. Asking for a list of metadata is 406, as the API server answers.
+    fn object_answer(
+        &self,
+        code: StatusCode,
+        def: &resources::ResourceDef,
+        object: &Arc<StoredObject>,
+    ) -> Result<Response> {
+        let offered = [
+            Representation::PartialObjectMetadata,
+            Representation::PartialObjectMetadataList,
+        ];
+        match self.wants(&offered) {
+            Representation::PartialObjectMetadata => Ok(bytes_response(code, object.partial_metadata_json())),
+            Representation::PartialObjectMetadataList => Err(ApiError::not_acceptable(format!(
+                "you requested PartialObjectMetadataList, but the requested object is not a list (*{})",
+                go_type(def, &def.kind)
+            ))),
+            _ => Ok(bytes_response(code, object.json.clone())),
+        }
+    }
+
+    /// A list in the form the client asked for: the objects, or their metadata
+    /// only. Asking for one object's metadata is 406, as the API server answers.
+    fn list_answer(
+        &self,
+        def: &resources::ResourceDef,
+        rv: u64,
+        continue_token: Option<&str>,
+        items: &[Arc<StoredObject>],
+    ) -> Result<Response> {
+        let offered = [
+            Representation::PartialObjectMetadata,
+            Representation::PartialObjectMetadataList,
+        ];
+        match self.wants(&offered) {
+            Representation::PartialObjectMetadataList => Ok(list_response(
+                "PartialObjectMetadataList",
+                "meta.k8s.io/v1",
+                rv,
+                continue_token,
+                items.iter().map(|item| item.partial_metadata_json()),
+            )),
+            Representation::PartialObjectMetadata => Err(ApiError::not_acceptable(format!(
+                "you requested PartialObjectMetadata, but the requested object is a list (*{})",
+                go_type(def, &def.list_kind())
+            ))),
+            _ => Ok(list_response(
+                &def.list_kind(),
+                &def.api_version(),
+                rv,
+                continue_token,
+                items.iter().map(|item| item.json.clone()),
+            )),
+        }
     }
 
     /// kubectl asks for server-side printed tables.
@@ -563,6 +615,13 @@ impl Request<'_> {
             .get("timeoutSeconds")
             .and_then(|seconds| seconds.parse().ok())
             .map(Duration::from_secs);
+        // Both metadata forms are taken for a watch: its events carry
+        // `PartialObjectMetadata` objects.
+        let offered = [
+            Representation::PartialObjectMetadata,
+            Representation::PartialObjectMetadataList,
+        ];
+        let metadata_only = self.wants(&offered) != Representation::Plain;
         let request = WatchRequest {
             id,
             def,
@@ -570,6 +629,7 @@ impl Request<'_> {
             start,
             bookmarks,
             timeout,
+            metadata_only,
         };
         let chunks = watch::spawn(Arc::clone(self.shared), request);
         let stream = futures::stream::unfold(chunks, |mut chunks| async move {
@@ -659,32 +719,53 @@ fn bytes_response(status: StatusCode, bytes: Bytes) -> Response {
     response
 }
 
-fn object_response(status: StatusCode, object: &Arc<StoredObject>) -> Response {
-    bytes_response(status, object.json.clone())
+/// The Go type kube-apiserver names in a 406 for a resource's `kind`: its
+/// internal type (`*core.ConfigMap`, `*apps.DeploymentList`), or an
+/// unstructured one for custom resources.
+fn go_type(def: &resources::ResourceDef, kind: &str) -> String {
+    let package = match def.group.as_str() {
+        "" | "events.k8s.io" => "core",
+        "rbac.authorization.k8s.io" => "rbac",
+        group if group.contains('.') && !group.ends_with(".k8s.io") => {
+            return if kind.ends_with("List") {
+                "unstructured.UnstructuredList".to_owned()
+            } else {
+                "unstructured.Unstructured".to_owned()
+            };
+        }
+        group => group.split('.').next().unwrap_or(group),
+    };
+    format!("{package}.{kind}")
 }
 
-/// A list, assembled from the items' stored bytes without re-serializing them.
+/// A list, assembled from the items' serialized bytes without re-serializing them.
 fn list_response(
-    def: &resources::ResourceDef,
+    kind: &str,
+    api_version: &str,
     rv: u64,
     continue_token: Option<&str>,
-    items: &[Arc<StoredObject>],
+    items: impl ExactSizeIterator<Item = Bytes>,
 ) -> Response {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(token) = continue_token {
         metadata["continue"] = json!(token);
     }
-    let head = json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": metadata});
-    let head = serde_json::to_vec(&head).expect("a JSON value serializes");
-    let size = items.iter().map(|item| item.json.len() + 1).sum::<usize>() + head.len() + 16;
+    let head = format!(
+        "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{}",
+        json!(kind),
+        json!(api_version),
+        metadata
+    );
+    let items: Vec<Bytes> = items.collect();
+    let size = items.iter().map(|item| item.len() + 1).sum::<usize>() + head.len() + 16;
     let mut buf = BytesMut::with_capacity(size);
-    buf.put_slice(&head[..head.len() - 1]);
+    buf.put_slice(head.as_bytes());
     buf.put_slice(b",\"items\":[");
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             buf.put_u8(b',');
         }
-        buf.put_slice(&item.json);
+        buf.put_slice(item);
     }
     buf.put_slice(b"]}");
     bytes_response(StatusCode::OK, buf.freeze())

@@ -6,7 +6,8 @@
 //! the `status` and `scale` subresources, server-side apply, `dryRun=All`,
 //! label and field selectors, paging with continue tokens, a cluster-wide
 //! `resourceVersion` with a compaction window (older versions answer 410 Gone),
-//! watch bookmarks and streaming lists (`sendInitialEvents`). kube-rs clients and
+//! watch bookmarks and streaming lists (`sendInitialEvents`), and metadata-only
+//! answers (`PartialObjectMetadata`) when the `Accept` header asks for them. kube-rs clients and
 //! `kubectl` talk to it as to a cluster.
 //!
 //! Beside it run the controllers a workload needs ([`SimConfig::controllers`],

@@ -146,6 +146,12 @@ impl ApiError {
         .about(group, plural, "")
     }
 
+    /// 406: the answer cannot be given in the form the client accepts.
+    #[must_use]
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+
     /// 415: the patch type is not supported.
     #[must_use]
     pub fn unsupported_media_type(content_type: &str) -> Self {

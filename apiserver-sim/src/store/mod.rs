@@ -101,6 +101,20 @@ impl StoredObject {
     }
 }
 
+impl StoredObject {
+    /// The object's metadata as a `meta.k8s.io/v1` `PartialObjectMetadata`, as
+    /// the API server answers a client that asks for metadata only.
+    #[must_use]
+    pub fn partial_metadata_json(&self) -> Bytes {
+        let partial = json!({
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": self.value["metadata"],
+        });
+        Bytes::from(serde_json::to_vec(&partial).expect("a JSON value serializes"))
+    }
+}
+
 fn object_key(namespace: Option<&str>, name: &str) -> String {
     match namespace {
         Some(namespace) => format!("{namespace}/{name}"),
