@@ -1,4 +1,4 @@
-//! The objects a fresh cluster holds before anyone writes: its namespaces and the APIServices of its groups.
+//! The objects a fresh cluster holds before anyone writes: its namespaces, the `kubernetes` Service and the APIServices of its groups.
 
 use serde_json::{Value, json};
 
@@ -7,16 +7,25 @@ use crate::resources::{ResourceDef, ids};
 use crate::status::Result;
 use crate::store::{Store, WriteOptions};
 
-/// Creates the `default`, `kube-system` and `kube-public` namespaces and an
+/// Creates the `default`, `kube-system` and `kube-public` namespaces, the
+/// `default/kubernetes` Service of the API server listening on `port`, and an
 /// APIService for each served group version.
 ///
 /// # Errors
 ///
 /// When the store refuses one, which a fresh store does not.
-pub(crate) fn create(store: &Store) -> Result<()> {
+pub(crate) fn create(store: &Store, port: u16) -> Result<()> {
     for namespace in ["default", "kube-system", "kube-public"] {
         store.create(&ids::namespaces(), None, json!({"metadata": {"name": namespace}}))?;
     }
+    store.create(&ids::services(), Some("default"), kubernetes_service(port))?;
+    store.transaction(WriteOptions::default()).update(
+        &ids::services(),
+        Some("default"),
+        "kubernetes",
+        json!({"status": {"loadBalancer": {}}}),
+        true,
+    )?;
     for (object, status) in api_services(&store.defs().iter().map(|def| &**def).collect::<Vec<_>>()) {
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         store.create(&ids::apiservices(), None, object)?;
@@ -29,6 +38,27 @@ pub(crate) fn create(store: &Store) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The Service by which pods reach the API server, as kube-apiserver keeps
+/// it: the first address of the service range, port 443 to the server's own.
+fn kubernetes_service(port: u16) -> Value {
+    json!({
+        "metadata": {
+            "name": "kubernetes",
+            "labels": {"component": "apiserver", "provider": "kubernetes"},
+        },
+        "spec": {
+            "ports": [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": port}],
+            "clusterIP": "10.96.0.1",
+            "clusterIPs": ["10.96.0.1"],
+            "type": "ClusterIP",
+            "sessionAffinity": "None",
+            "ipFamilies": ["IPv4"],
+            "ipFamilyPolicy": "SingleStack",
+            "internalTrafficPolicy": "Cluster",
+        },
+    })
 }
 
 /// The APIServices the aggregator registers on start, with their status: one

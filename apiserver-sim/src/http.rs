@@ -15,9 +15,9 @@ use serde_json::{Value, json};
 
 use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
-use crate::store::{Filter, ListOptions, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
+use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, Start, WatchRequest};
-use crate::{Shared, metrics, resources, server_stats};
+use crate::{Shared, component_status, kubelet_api, metrics, resources, server_stats, token};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
@@ -128,13 +128,6 @@ struct Request<'a> {
     headers: &'a HeaderMap,
     query: &'a HashMap<String, String>,
     body: &'a Bytes,
-}
-
-/// A subresource a path addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Subresource {
-    Status,
-    Scale,
 }
 
 /// What a resource path addresses.
@@ -297,7 +290,9 @@ impl Request<'_> {
             },
             [] => return Err(ApiError::no_route(self.path)),
         };
-        if rest.len() > 5 || store.def(&target.id).is_none() {
+        // A proxy subresource carries the proxied path after its name.
+        let proxied = target.subresource.as_deref() == Some("proxy");
+        if (rest.len() > 5 && !proxied) || store.def(&target.id).is_none() {
             return Err(ApiError::no_route(self.path));
         }
         Ok(target)
@@ -311,10 +306,25 @@ impl Request<'_> {
             return Err(ApiError::no_route(self.path));
         }
         let namespace = target.namespace.as_deref();
-        let subresource = match target.subresource.as_deref() {
-            None => None,
-            Some("status") if def.status_subresource => Some(Subresource::Status),
-            Some("scale") if def.scale_subresource.is_some() => Some(Subresource::Scale),
+        if let Some(subresource) = target.subresource.as_deref()
+            && !def.serves_subresource(subresource)
+        {
+            return Err(ApiError::no_route(self.path));
+        }
+        if def.group.is_empty() && def.plural == "componentstatuses" {
+            return self.component_statuses(target.name.as_deref());
+        }
+        if let (Some(name), Some(subresource)) = (target.name.as_deref(), target.subresource.as_deref())
+            && let Some(response) = self.unstored_subresource(&def, namespace, name, subresource)
+        {
+            return response;
+        }
+        let part = match target.subresource.as_deref() {
+            None => Part::Main,
+            Some("status") => Part::Status,
+            Some("scale") => Part::Scale,
+            Some("approval") => Part::Approval,
+            Some("ephemeralcontainers") => Part::EphemeralContainers,
             Some(_) => return Err(ApiError::no_route(self.path)),
         };
         let Some(name) = target.name.as_deref() else {
@@ -342,28 +352,27 @@ impl Request<'_> {
             };
         };
         let id = &target.id;
-        match (self.method.clone(), subresource) {
-            (Method::GET, Some(Subresource::Scale)) => {
+        match (self.method.clone(), part) {
+            (Method::GET, Part::Scale) => {
                 let scale = store.transaction(WriteOptions::default()).scale(id, namespace, name)?;
                 Ok(json_response(StatusCode::OK, &scale))
             }
             (Method::GET, _) => self.object_answer(StatusCode::OK, &def, &store.get(id, namespace, name)?),
-            (Method::PUT, Some(Subresource::Scale)) => {
+            (Method::PUT, Part::Scale) => {
                 let options = self.write_options("UpdateOptions", None)?;
                 let scale = store
                     .transaction(options)
                     .update_scale(id, namespace, name, self.json_body()?)?;
                 Ok(json_response(StatusCode::OK, &scale))
             }
-            (Method::PUT, subresource) => {
+            (Method::PUT, part) => {
                 let options = self.write_options("UpdateOptions", None)?;
-                let status = subresource == Some(Subresource::Status);
                 let updated = store
                     .transaction(options)
-                    .update(id, namespace, name, self.json_body()?, status)?;
+                    .update_part(id, namespace, name, self.json_body()?, part)?;
                 self.object_answer(StatusCode::OK, &def, &updated)
             }
-            (Method::PATCH, subresource) => {
+            (Method::PATCH, part) => {
                 let content_type = self
                     .headers
                     .get(header::CONTENT_TYPE)
@@ -373,17 +382,16 @@ impl Request<'_> {
                 let options = self.patch_options(patch_type)?;
                 let patch = self.patch_body(patch_type)?;
                 let mut transaction = store.transaction(options);
-                if subresource == Some(Subresource::Scale) {
+                if part == Part::Scale {
                     let scale = transaction.patch_scale(id, namespace, name, patch_type, patch)?;
                     return Ok(json_response(StatusCode::OK, &scale));
                 }
                 let existed = transaction.get(id, namespace, name).is_ok();
-                let status = subresource == Some(Subresource::Status);
-                let patched = transaction.patch(id, namespace, name, patch_type, patch, status)?;
+                let patched = transaction.patch_part(id, namespace, name, patch_type, patch, part)?;
                 let code = if existed { StatusCode::OK } else { StatusCode::CREATED };
                 self.object_answer(code, &def, &patched)
             }
-            (Method::DELETE, None) => {
+            (Method::DELETE, Part::Main) => {
                 let options = self.delete_options()?;
                 let preconditions = Preconditions {
                     uid: options["preconditions"]["uid"].as_str().map(str::to_owned),
@@ -400,6 +408,65 @@ impl Request<'_> {
                 self.method
             ))),
         }
+    }
+
+    /// `componentstatuses`, read-only and computed on each request.
+    fn component_statuses(&self, name: Option<&str>) -> Result<Response> {
+        let answer = match (self.method, name) {
+            (&Method::GET, _) if self.flag("watch") => {
+                return Err(ApiError::method_not_supported("", "componentstatuses", "watch"));
+            }
+            (&Method::GET, None) if self.wants_table() => component_status::table(),
+            (&Method::GET, None) => component_status::list(),
+            (&Method::GET, Some(name)) => component_status::get(name)?,
+            _ => return Err(ApiError::method_not_routed()),
+        };
+        let mut response = json_response(StatusCode::OK, &answer);
+        response
+            .headers_mut()
+            .insert("warning", HeaderValue::from_static(component_status::WARNING));
+        Ok(response)
+    }
+
+    /// The subresources that are no part of a stored object: a service
+    /// account's `token`, and what a kubelet serves. `None` for the others.
+    fn unstored_subresource(
+        &self,
+        def: &resources::ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: &str,
+    ) -> Option<Result<Response>> {
+        let store = &self.shared.store;
+        let namespace = namespace.unwrap_or_default();
+        let answer = match (def.group.as_str(), def.kind.as_str(), subresource) {
+            ("", "ServiceAccount", "token") => {
+                if *self.method != Method::POST {
+                    return Some(Err(ApiError::method_not_routed()));
+                }
+                return Some(
+                    self.json_body()
+                        .and_then(|body| token::issue(store, namespace, name, &body))
+                        .map(|issued| json_response(StatusCode::CREATED, &issued)),
+                );
+            }
+            ("", "Pod", "log") if *self.method != Method::GET => return Some(Err(ApiError::method_not_routed())),
+            ("", "Pod", "exec" | "attach" | "portforward") if !matches!(*self.method, Method::GET | Method::POST) => {
+                return Some(Err(ApiError::method_not_routed()));
+            }
+            ("", "Pod", "log" | "exec" | "attach" | "portforward") => {
+                kubelet_api::pod(store, namespace, name, subresource, self.query)
+            }
+            ("", "Node", "proxy") => kubelet_api::node_proxy(store, name),
+            _ => return None,
+        };
+        Some(answer.map(|kubelet_api::Answer::NoLogs| {
+            let mut response = Response::new(Body::empty());
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            response
+        }))
     }
 
     /// A delete's `DeleteOptions` body (`null` when there is none).

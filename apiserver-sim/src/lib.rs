@@ -23,6 +23,11 @@
 //! table beside the store ([`ApiServer::metrics`]), set by the workload, by the
 //! ReplicaSet controller for new pods, and by tests ([`Metrics::set_pod_cpu`]).
 //!
+//! No kubelet runs: pod logs, exec, attach, port-forward and node proxy are
+//! answered as when the kubelet refuses the connection, and
+//! `componentstatuses` reports the scheduler and controller manager
+//! unreachable, as kube-apiserver's probes would.
+//!
 //! [`Faults`] injects what real clusters do to clients: dropped watches, 410s,
 //! 429/500 answers, hung watches and latency. [`workload::Workload`] generates a
 //! seeded synthetic cluster workload, whose CPU load is random or rises and falls
@@ -67,15 +72,18 @@
 //! # Ok(()) }
 //! ```
 
+mod component_status;
 mod controllers;
 mod defaults;
 mod faults;
 mod http;
+mod kubelet_api;
 pub mod metrics;
 mod negotiation;
 pub mod resources;
 pub mod status;
 pub mod store;
+mod token;
 mod watch;
 pub mod workload;
 
@@ -244,8 +252,9 @@ impl std::fmt::Debug for ApiServer {
 
 impl ApiServer {
     /// Starts serving on `127.0.0.1`, with the built-in resources, the
-    /// `default`, `kube-system` and `kube-public` namespaces, and an
-    /// `APIService` per served group version.
+    /// `default`, `kube-system` and `kube-public` namespaces, the
+    /// `default/kubernetes` Service and an `APIService` per served group
+    /// version.
     ///
     /// # Errors
     ///
@@ -254,7 +263,7 @@ impl ApiServer {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port)).await?;
         let address = listener.local_addr()?;
         let store = Store::new(resources::built_in(), config.compaction_window);
-        defaults::create(&store).expect("a fresh store takes a fresh cluster's objects");
+        defaults::create(&store, address.port()).expect("a fresh store takes a fresh cluster's objects");
         // Taken before any workload writes, so the controllers see every change.
         let changes = config.controllers.then(|| {
             store.feed(vec![

@@ -63,6 +63,9 @@ impl SubresourceDef {
     }
 }
 
+/// The verbs of a proxy subresource.
+const PROXY_VERBS: [&str; 5] = ["create", "delete", "get", "patch", "update"];
+
 /// Every verb of a resource stored as objects.
 const ALL_VERBS: [&str; 8] = [
     "create",
@@ -241,16 +244,39 @@ pub fn built_in() -> Vec<ResourceDef> {
         ResourceDef::new("", "v1", "Node", "nodes")
             .cluster_scoped()
             .with_status()
+            .with_subresource(SubresourceDef::new("proxy", "NodeProxyOptions", &PROXY_VERBS))
             .short_names(&["no"]),
         ResourceDef::new("", "v1", "Pod", "pods")
             .with_status()
+            .with_subresource(SubresourceDef::new("attach", "PodAttachOptions", &["create", "get"]))
+            .with_subresource(SubresourceDef::new(
+                "ephemeralcontainers",
+                "Pod",
+                &["get", "patch", "update"],
+            ))
+            .with_subresource(SubresourceDef::new("exec", "PodExecOptions", &["create", "get"]))
+            .with_subresource(SubresourceDef::new("log", "Pod", &["get"]))
+            .with_subresource(SubresourceDef::new(
+                "portforward",
+                "PodPortForwardOptions",
+                &["create", "get"],
+            ))
             .short_names(&["po"]),
+        // Computed on each request from the components' health, not stored.
+        ResourceDef::new("", "v1", "ComponentStatus", "componentstatuses")
+            .cluster_scoped()
+            .verbs(&["get", "list"])
+            .short_names(&["cs"]),
         ResourceDef::new("", "v1", "ConfigMap", "configmaps").short_names(&["cm"]),
         ResourceDef::new("", "v1", "Secret", "secrets"),
         ResourceDef::new("", "v1", "Service", "services")
             .with_status()
             .short_names(&["svc"]),
-        ResourceDef::new("", "v1", "ServiceAccount", "serviceaccounts").short_names(&["sa"]),
+        ResourceDef::new("", "v1", "ServiceAccount", "serviceaccounts")
+            .with_subresource(
+                SubresourceDef::new("token", "TokenRequest", &["create"]).of("authentication.k8s.io", "v1"),
+            )
+            .short_names(&["sa"]),
         ResourceDef::new("", "v1", "Event", "events").short_names(&["ev"]),
         // A real server keeps one storage behind both Event APIs; here they are
         // two resources.
@@ -278,7 +304,36 @@ pub fn built_in() -> Vec<ResourceDef> {
         )
         .with_status()
         .short_names(&["hpa"]),
+        ResourceDef::new("batch", "v1", "Job", "jobs").with_status(),
+        ResourceDef::new("batch", "v1", "CronJob", "cronjobs")
+            .with_status()
+            .short_names(&["cj"]),
         ResourceDef::new("coordination.k8s.io", "v1", "Lease", "leases"),
+        // Stored as written: the emulation authorizes every request.
+        ResourceDef::new("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+        ResourceDef::new("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
+        ResourceDef::new("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles").cluster_scoped(),
+        ResourceDef::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+        )
+        .cluster_scoped(),
+        ResourceDef::new(
+            "certificates.k8s.io",
+            "v1",
+            "CertificateSigningRequest",
+            "certificatesigningrequests",
+        )
+        .cluster_scoped()
+        .with_status()
+        .with_subresource(SubresourceDef::new(
+            "approval",
+            "CertificateSigningRequest",
+            &["get", "patch", "update"],
+        ))
+        .short_names(&["csr"]),
         ResourceDef::new("apiregistration.k8s.io", "v1", "APIService", "apiservices")
             .cluster_scoped()
             .with_status(),
@@ -318,6 +373,15 @@ pub(crate) mod ids {
     }
     pub(crate) fn apiservices() -> ResourceId {
         ResourceId::new("apiregistration.k8s.io", "v1", "apiservices")
+    }
+    pub(crate) fn services() -> ResourceId {
+        ResourceId::new("", "v1", "services")
+    }
+    pub(crate) fn nodes() -> ResourceId {
+        ResourceId::new("", "v1", "nodes")
+    }
+    pub(crate) fn serviceaccounts() -> ResourceId {
+        ResourceId::new("", "v1", "serviceaccounts")
     }
     pub(crate) fn hpas() -> ResourceId {
         ResourceId::new("autoscaling", "v2", "horizontalpodautoscalers")

@@ -197,6 +197,13 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// 500 without a reason, as kube-apiserver answers an error that is no
+    /// API status, such as failing to reach a kubelet.
+    #[must_use]
+    pub fn unreachable(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
     /// 504: a resourceVersion newer than the server has.
     #[must_use]
     pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
@@ -228,6 +235,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty() {
+            // An unknown reason is left out, as the API server serializes it.
+            if let Some(status) = status.as_object_mut() {
+                status.remove("reason");
+            }
+        }
         if let Some((name, kind, group)) = &self.details {
             // Empty fields are left out, as the API server serializes them.
             let details: serde_json::Map<String, Value> = [("name", name), ("group", group), ("kind", kind)]

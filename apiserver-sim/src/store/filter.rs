@@ -33,7 +33,8 @@ impl Filter {
                 return Err(ApiError::bad_request(format!("invalid field selector: {term:?}")));
             };
             let supported = matches!(field, "metadata.name" | "metadata.namespace")
-                || (kind == "Pod" && matches!(field, "spec.nodeName" | "status.phase"));
+                || (kind == "Pod" && matches!(field, "spec.nodeName" | "status.phase"))
+                || (kind == "Node" && field == "spec.unschedulable");
             if !supported {
                 return Err(ApiError::bad_request(format!("field label not supported: {field}")));
             }
@@ -50,11 +51,18 @@ impl Filter {
             .is_none_or(|namespace| object.namespace.as_deref() == Some(namespace))
             && self.labels.matches(&object.labels)
             && self.fields.iter().all(|(field, equal, value)| {
-                let actual = field
+                // A field's value as the API server sets it for selectors:
+                // a string, or a boolean spelled out (`false` when unset).
+                let actual = match field
                     .split('.')
                     .try_fold(&object.value, |value, segment| value.get(segment))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+                {
+                    Some(Value::String(actual)) => actual.as_str(),
+                    Some(Value::Bool(true)) => "true",
+                    Some(Value::Bool(false)) => "false",
+                    _ if field == "spec.unschedulable" => "false",
+                    _ => "",
+                };
                 (actual == value) == *equal
             })
     }

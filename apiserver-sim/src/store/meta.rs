@@ -61,8 +61,17 @@ pub(super) fn random_suffix() -> String {
 /// The current time as Kubernetes writes timestamps: `2026-01-02T03:04:05Z`.
 #[must_use]
 pub fn now_rfc3339() -> String {
+    rfc3339_in(0)
+}
+
+/// The time `seconds` from now, as Kubernetes writes timestamps.
+#[must_use]
+pub fn rfc3339_in(seconds: i64) -> String {
+    let time = Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
+        .unwrap_or(Timestamp::MAX);
     // `metav1.Time` serializes as the API server does: UTC, whole seconds, `Z`.
-    let time = serde_json::to_value(Time(Timestamp::now())).expect("metav1.Time serializes");
+    let time = serde_json::to_value(Time(time)).expect("metav1.Time serializes");
     time.as_str().expect("metav1.Time serializes as a string").to_owned()
 }
 

@@ -38,8 +38,8 @@ use tokio::sync::{mpsc, watch};
 pub use delete::Preconditions;
 pub use filter::Filter;
 pub use list::{ListOptions, ListPage};
-pub use meta::now_rfc3339;
-pub use write::{PatchType, WriteOptions};
+pub use meta::{now_rfc3339, rfc3339_in};
+pub use write::{Part, PatchType, WriteOptions};
 
 use crate::metrics::Metrics;
 use crate::resources::ResourceDef;

@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use super::meta::{check_name, new_uid, now_rfc3339, random_suffix};
 use super::{
-    EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, existing, lookup, managed_fields,
-    object_key,
+    EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, existing, field_path, lookup,
+    managed_fields, object_key,
 };
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
@@ -89,22 +89,42 @@ impl WriteOptions {
 
 /// Which part of an object a write addresses: the object, or a subresource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Part {
+pub enum Part {
     /// The object; its status stays as it is when the status subresource is served.
     Main,
     /// The `status` subresource: only the status changes.
     Status,
     /// The `scale` subresource: only the desired replicas change.
     Scale,
+    /// The `approval` subresource of a CertificateSigningRequest: only
+    /// `status.conditions` (`Approved`, `Denied`) change.
+    Approval,
+    /// The `ephemeralcontainers` subresource of a Pod: only
+    /// `spec.ephemeralContainers` changes.
+    EphemeralContainers,
 }
 
 impl Part {
-    /// The subresource's name, as `managedFields` entries record it.
-    pub(super) fn subresource(self) -> Option<&'static str> {
+    /// The subresource's name, as paths and `managedFields` entries name it.
+    #[must_use]
+    pub fn subresource(self) -> Option<&'static str> {
         match self {
             Self::Main => None,
             Self::Status => Some("status"),
             Self::Scale => Some("scale"),
+            Self::Approval => Some("approval"),
+            Self::EphemeralContainers => Some("ephemeralcontainers"),
+        }
+    }
+
+    /// The fields of an object that a write to this part replaces, as paths
+    /// of object keys; empty for the object itself and `scale`.
+    pub(super) fn fields(self) -> &'static [&'static str] {
+        match self {
+            Self::Main | Self::Scale => &[],
+            Self::Status => &["status"],
+            Self::Approval => &["status", "conditions"],
+            Self::EphemeralContainers => &["spec", "ephemeralContainers"],
         }
     }
 
@@ -272,7 +292,23 @@ impl Transaction<'_> {
         body: Value,
         status: bool,
     ) -> Result<Arc<StoredObject>> {
-        self.write(id, namespace, name, body, Part::of_status(status), Ownership::Record)
+        self.update_part(id, namespace, name, body, Part::of_status(status))
+    }
+
+    /// Replaces a part of an object: the object, or what a subresource writes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::update`], and 404 for a subresource the resource does not serve.
+    pub fn update_part(
+        &mut self,
+        id: &ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        body: Value,
+        part: Part,
+    ) -> Result<Arc<StoredObject>> {
+        self.write(id, namespace, name, body, part, Ownership::Record)
     }
 
     /// Patches an object or its status; see [`Store::patch`]. An apply patch
@@ -291,7 +327,24 @@ impl Transaction<'_> {
         patch: Value,
         status: bool,
     ) -> Result<Arc<StoredObject>> {
-        let part = Part::of_status(status);
+        self.patch_part(id, namespace, name, patch_type, patch, Part::of_status(status))
+    }
+
+    /// Patches a part of an object: the object, or what a subresource writes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transaction::patch`], and 404 for a subresource the resource does
+    /// not serve.
+    pub fn patch_part(
+        &mut self,
+        id: &ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        patch: Value,
+        part: Part,
+    ) -> Result<Arc<StoredObject>> {
         if patch_type == PatchType::Apply {
             return self.apply(id, namespace, name, patch, part);
         }
@@ -348,11 +401,13 @@ impl Transaction<'_> {
         ownership: Ownership,
     ) -> Result<Arc<StoredObject>> {
         let (def, existing) = existing(&self.state, id, namespace, name)?;
-        if part == Part::Status && !def.status_subresource {
-            return Err(ApiError::no_route(&format!("{}/status", def.plural)));
+        if let Some(subresource) = part.subresource()
+            && !def.serves_subresource(subresource)
+        {
+            return Err(ApiError::no_route(&format!("{}/{subresource}", def.plural)));
         }
         check_type(&def, &body)?;
-        if part != Part::Status {
+        if part.fields().is_empty() {
             apply_defaults(&def, &mut body);
         }
         let metadata = metadata_mut(&mut body, &def)?;
@@ -376,11 +431,8 @@ impl Transaction<'_> {
             ));
         }
 
-        let mut next = if part == Part::Status {
-            let mut next = existing.value.clone();
-            next["status"] = body.get("status").cloned().unwrap_or(Value::Null);
-            next
-        } else {
+        let fields = part.fields();
+        let mut next = if fields.is_empty() {
             if def.status_subresource {
                 match existing.value.get("status") {
                     Some(status) => body["status"] = status.clone(),
@@ -389,7 +441,28 @@ impl Transaction<'_> {
                     }
                 }
             }
+            // Only their subresources write these.
+            for (kind, fields) in [
+                ("CertificateSigningRequest", Part::Approval.fields()),
+                ("Pod", Part::EphemeralContainers.fields()),
+            ] {
+                if def.kind == kind {
+                    let path: Vec<String> = fields.iter().map(|field| (*field).to_owned()).collect();
+                    match field_path::get(&existing.value, &path) {
+                        Some(kept) => field_path::set(&mut body, &path, kept.clone()),
+                        None => field_path::remove(&mut body, &path),
+                    }
+                }
+            }
             body
+        } else {
+            let path: Vec<String> = fields.iter().map(|field| (*field).to_owned()).collect();
+            let mut next = existing.value.clone();
+            match field_path::get(&body, &path) {
+                Some(written) => field_path::set(&mut next, &path, written.clone()),
+                None => field_path::remove(&mut next, &path),
+            }
+            next
         };
         let old_meta = existing.value["metadata"].as_object().cloned().unwrap_or_default();
         let spec_changed = part != Part::Status && spec_of(&next) != spec_of(&existing.value);
