@@ -17,7 +17,7 @@ use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, Start, WatchRequest};
-use crate::{Shared, component_status, kubelet_api, metrics, resources, server_stats, token};
+use crate::{Shared, component_status, encoding, kubelet_api, metrics, resources, server_stats, token};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
@@ -401,7 +401,17 @@ impl Request<'_> {
                 let deleted = store
                     .transaction(write_options)
                     .delete(id, namespace, name, &preconditions)?;
-                self.object_answer(StatusCode::OK, &def, &deleted)
+                let finalizing = deleted.value["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|finalizers| !finalizers.is_empty());
+                if finalizing || def.returns_deleted_object {
+                    return self.object_answer(StatusCode::OK, &def, &deleted);
+                }
+                let uid = deleted.value["metadata"]["uid"].as_str().unwrap_or_default();
+                Ok(json_response(
+                    StatusCode::OK,
+                    &crate::status::deleted(&def.group, &def.plural, name, uid),
+                ))
             }
             _ => Err(ApiError::method_not_allowed(format!(
                 "{} is not allowed here",
@@ -759,10 +769,7 @@ fn sim_control(shared: &Shared, method: &Method, path: &str, query: &HashMap<Str
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {
-    bytes_response(
-        status,
-        Bytes::from(serde_json::to_vec(value).expect("a JSON value serializes")),
-    )
+    bytes_response(status, Bytes::from(encoding::to_vec(value)))
 }
 
 /// An aggregated discovery document, labelled as the API server labels it.

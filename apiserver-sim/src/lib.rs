@@ -75,6 +75,7 @@
 mod component_status;
 mod controllers;
 mod defaults;
+mod encoding;
 mod faults;
 mod http;
 mod kubelet_api;

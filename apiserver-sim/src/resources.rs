@@ -28,6 +28,15 @@ pub struct ResourceDef {
     pub verbs: Vec<String>,
     /// Subresources besides `status` and `scale`, as discovery lists them.
     pub subresources: Vec<SubresourceDef>,
+    /// Whether `metadata.generation` is kept (1 on creation, one more on each
+    /// change of the spec), as the strategies of workloads, pods and custom
+    /// resources keep it; other resources have none.
+    pub tracks_generation: bool,
+    /// Whether a delete answers the deleted object, as kube-apiserver's
+    /// storage of pods, services and service accounts does; others answer a
+    /// `Status` of success. An object that finalizers keep is answered in
+    /// either case.
+    pub returns_deleted_object: bool,
 }
 
 /// A subresource as discovery lists it: its name, the kind it answers and its verbs.
@@ -120,7 +129,24 @@ impl ResourceDef {
             scale_subresource: None,
             verbs: ALL_VERBS.iter().map(|verb| (*verb).to_owned()).collect(),
             subresources: Vec::new(),
+            tracks_generation: false,
+            returns_deleted_object: false,
         }
+    }
+
+    /// Keeps `metadata.generation`; see [`ResourceDef::tracks_generation`].
+    #[must_use]
+    pub fn with_generation(mut self) -> Self {
+        self.tracks_generation = true;
+        self
+    }
+
+    /// Answers a delete with the deleted object; see
+    /// [`ResourceDef::returns_deleted_object`].
+    #[must_use]
+    pub fn returning_deleted_object(mut self) -> Self {
+        self.returns_deleted_object = true;
+        self
     }
 
     /// Serves only these verbs.
@@ -237,9 +263,11 @@ impl ResourceDef {
 #[must_use]
 pub fn built_in() -> Vec<ResourceDef> {
     vec![
+        // A namespace is finalized before it goes, so a delete answers it.
         ResourceDef::new("", "v1", "Namespace", "namespaces")
             .cluster_scoped()
             .with_status()
+            .returning_deleted_object()
             .short_names(&["ns"]),
         ResourceDef::new("", "v1", "Node", "nodes")
             .cluster_scoped()
@@ -248,6 +276,8 @@ pub fn built_in() -> Vec<ResourceDef> {
             .short_names(&["no"]),
         ResourceDef::new("", "v1", "Pod", "pods")
             .with_status()
+            .with_generation()
+            .returning_deleted_object()
             .with_subresource(SubresourceDef::new("attach", "PodAttachOptions", &["create", "get"]))
             .with_subresource(SubresourceDef::new(
                 "ephemeralcontainers",
@@ -271,8 +301,10 @@ pub fn built_in() -> Vec<ResourceDef> {
         ResourceDef::new("", "v1", "Secret", "secrets"),
         ResourceDef::new("", "v1", "Service", "services")
             .with_status()
+            .returning_deleted_object()
             .short_names(&["svc"]),
         ResourceDef::new("", "v1", "ServiceAccount", "serviceaccounts")
+            .returning_deleted_object()
             .with_subresource(
                 SubresourceDef::new("token", "TokenRequest", &["create"]).of("authentication.k8s.io", "v1"),
             )
@@ -283,18 +315,22 @@ pub fn built_in() -> Vec<ResourceDef> {
         ResourceDef::new("events.k8s.io", "v1", "Event", "events").short_names(&["ev"]),
         ResourceDef::new("apps", "v1", "Deployment", "deployments")
             .with_status()
+            .with_generation()
             .with_scale(ScalePaths::replicas())
             .short_names(&["deploy"]),
         ResourceDef::new("apps", "v1", "ReplicaSet", "replicasets")
             .with_status()
+            .with_generation()
             .with_scale(ScalePaths::replicas())
             .short_names(&["rs"]),
         ResourceDef::new("apps", "v1", "StatefulSet", "statefulsets")
             .with_status()
+            .with_generation()
             .with_scale(ScalePaths::replicas())
             .short_names(&["sts"]),
         ResourceDef::new("apps", "v1", "DaemonSet", "daemonsets")
             .with_status()
+            .with_generation()
             .short_names(&["ds"]),
         ResourceDef::new(
             "autoscaling",
@@ -303,10 +339,14 @@ pub fn built_in() -> Vec<ResourceDef> {
             "horizontalpodautoscalers",
         )
         .with_status()
+        .with_generation()
         .short_names(&["hpa"]),
-        ResourceDef::new("batch", "v1", "Job", "jobs").with_status(),
+        ResourceDef::new("batch", "v1", "Job", "jobs")
+            .with_status()
+            .with_generation(),
         ResourceDef::new("batch", "v1", "CronJob", "cronjobs")
             .with_status()
+            .with_generation()
             .short_names(&["cj"]),
         ResourceDef::new("coordination.k8s.io", "v1", "Lease", "leases"),
         // Stored as written: the emulation authorizes every request.
@@ -345,6 +385,9 @@ pub fn built_in() -> Vec<ResourceDef> {
         )
         .cluster_scoped()
         .with_status()
+        .with_generation()
+        // Its cleanup finalizer keeps it while its objects go.
+        .returning_deleted_object()
         .short_names(&["crd", "crds"]),
     ]
 }

@@ -1,4 +1,4 @@
-//! Kubernetes `Status` errors: the code, reason and message a real server answers.
+//! Kubernetes `Status` answers: the code, reason and message of an error a real server answers, and the success of a delete.
 
 use serde_json::{Value, json};
 
@@ -252,6 +252,18 @@ impl ApiError {
         }
         status
     }
+}
+
+/// The `Status` of success a delete answers for a resource whose storage
+/// does not answer the deleted object: the object's name, group, resource
+/// (as `kind`) and uid.
+#[must_use]
+pub fn deleted(group: &str, plural: &str, name: &str, uid: &str) -> Value {
+    let mut details = json!({"name": name, "kind": plural, "uid": uid});
+    if !group.is_empty() {
+        details["group"] = json!(group);
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 }
 
 /// `pods` or `deployments.apps`, as the API server names resources in messages.

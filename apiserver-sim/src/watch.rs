@@ -195,20 +195,19 @@ fn bookmark(request: &WatchRequest, rv: u64, initial_events_end: bool) -> Bytes 
     } else {
         (request.def.kind.clone(), request.def.api_version())
     };
-    let event = json!({
-        "type": "BOOKMARK",
-        "object": {"kind": kind, "apiVersion": api_version, "metadata": metadata},
-    });
-    line(&event)
+    let object = json!({"kind": kind, "apiVersion": api_version, "metadata": metadata});
+    line("BOOKMARK", &object)
 }
 
 /// An `ERROR` event carrying the error's `Status`.
 pub(crate) fn error_event(error: &ApiError) -> Bytes {
-    line(&json!({"type": "ERROR", "object": error.to_status()}))
+    line("ERROR", &error.to_status())
 }
 
-fn line(value: &serde_json::Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(value).expect("a JSON value serializes");
-    bytes.push(b'\n');
+/// One event's line: its type, then its object.
+fn line(event_type: &str, object: &serde_json::Value) -> Bytes {
+    let mut bytes = format!("{{\"type\":\"{event_type}\",\"object\":").into_bytes();
+    bytes.extend(crate::encoding::to_vec(object));
+    bytes.extend(b"}\n");
     Bytes::from(bytes)
 }

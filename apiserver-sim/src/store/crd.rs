@@ -30,7 +30,7 @@ fn defs(crd: &Value) -> Vec<ResourceDef> {
         .iter()
         .filter(|version| version["served"].as_bool().unwrap_or(true))
         .filter_map(|version| {
-            let mut def = ResourceDef::new(group, version["name"].as_str()?, kind, plural);
+            let mut def = ResourceDef::new(group, version["name"].as_str()?, kind, plural).with_generation();
             def.namespaced = spec["scope"].as_str() != Some("Cluster");
             def.status_subresource = version["subresources"].get("status").is_some();
             let scale = &version["subresources"]["scale"];

@@ -61,7 +61,8 @@ pub struct StoredObject {
     pub resource_version: u64,
     /// The object.
     pub value: Value,
-    /// The object serialized as JSON, as list and watch responses carry it.
+    /// The object serialized as JSON in kube-apiserver's field order, as get,
+    /// list and watch responses carry it.
     pub json: Bytes,
     /// The uid of the owner that controls it (the `ownerReferences` entry with
     /// `controller: true`), as the store indexes it.
@@ -87,7 +88,7 @@ impl StoredObject {
             .and_then(|owners| owners.iter().find(|owner| owner["controller"].as_bool() == Some(true)))
             .and_then(|owner| owner["uid"].as_str())
             .map(str::to_owned);
-        let json = Bytes::from(serde_json::to_vec(&value).expect("a JSON value serializes"));
+        let json = Bytes::from(crate::encoding::to_vec(&value));
         Self {
             key: object_key(namespace.as_deref(), &name),
             namespace,
@@ -111,7 +112,7 @@ impl StoredObject {
             "apiVersion": "meta.k8s.io/v1",
             "metadata": self.value["metadata"],
         });
-        Bytes::from(serde_json::to_vec(&partial).expect("a JSON value serializes"))
+        Bytes::from(crate::encoding::to_vec(&partial))
     }
 }
 

@@ -254,7 +254,11 @@ impl Transaction<'_> {
         };
         metadata.insert("uid".into(), json!(new_uid()));
         metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
-        metadata.insert("generation".into(), json!(1));
+        if def.tracks_generation {
+            metadata.insert("generation".into(), json!(1));
+        } else {
+            metadata.remove("generation");
+        }
         metadata.remove("deletionTimestamp");
         metadata.remove("deletionGracePeriodSeconds");
         if def.status_subresource {
@@ -480,8 +484,12 @@ impl Transaction<'_> {
             };
         }
         meta.insert("name".into(), json!(name));
-        let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
-        meta.insert("generation".into(), json!(generation + i64::from(spec_changed)));
+        if def.tracks_generation {
+            let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+            meta.insert("generation".into(), json!(generation + i64::from(spec_changed)));
+        } else {
+            meta.remove("generation");
+        }
         meta.insert("resourceVersion".into(), json!(existing.resource_version.to_string()));
         let record = matches!(ownership, Ownership::Record);
         match ownership {
