@@ -17,7 +17,7 @@ use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, Start, WatchRequest};
-use crate::{Shared, component_status, encoding, kubelet_api, metrics, resources, server_stats, token};
+use crate::{Shared, component_status, encoding, kubelet_api, metrics, protobuf, resources, server_stats, token};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
@@ -565,7 +565,17 @@ impl Request<'_> {
             .is_some_and(|value| value == "true" || value == "1")
     }
 
+    /// The request's body as JSON: read as JSON, or decoded from protobuf
+    /// when its `Content-Type` says so.
     fn json_body(&self) -> Result<Value> {
+        let content_type = self
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        if content_type.split(';').next().map(str::trim) == Some(protobuf::MEDIA_TYPE) {
+            return protobuf::decode(self.body);
+        }
         serde_json::from_slice(self.body)
             .map_err(|error| ApiError::bad_request(format!("the request body is not valid JSON: {error}")))
     }

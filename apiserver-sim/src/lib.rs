@@ -81,6 +81,7 @@ mod http;
 mod kubelet_api;
 pub mod metrics;
 mod negotiation;
+mod protobuf;
 pub mod resources;
 pub mod status;
 pub mod store;

@@ -164,6 +164,19 @@ impl ApiError {
         )
     }
 
+    /// 415: a request body in a media type (or of a kind in that media type)
+    /// the emulation does not read.
+    #[must_use]
+    pub fn unsupported_body(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects and TokenRequests) (got {content_type})"
+            ),
+        )
+    }
+
     /// 429, as an overloaded server answers.
     #[must_use]
     pub fn too_many_requests() -> Self {

@@ -556,8 +556,15 @@ pub(super) fn patch_value(
 /// controllers and the `scale` subresource rely on: `spec.replicas` of the
 /// `apps` workloads is 1 unless set. A Secret's `stringData` is folded into
 /// its `data` (each value base64-encoded, over a key `data` has too) and
-/// not stored, as kube-apiserver does.
+/// not stored, and its `type` is `Opaque` unless set, as kube-apiserver does.
 fn apply_defaults(def: &ResourceDef, body: &mut Value) {
+    if def.group.is_empty()
+        && def.kind == "Secret"
+        && let Some(object) = body.as_object_mut()
+        && object.get("type").and_then(Value::as_str).is_none_or(str::is_empty)
+    {
+        object.insert("type".into(), json!("Opaque"));
+    }
     if def.group.is_empty()
         && def.kind == "Secret"
         && let Some(object) = body.as_object_mut()
