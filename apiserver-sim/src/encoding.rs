@@ -12,6 +12,10 @@ use serde_json::{Map, Value};
 const HEAD: [&str; 3] = ["kind", "apiVersion", "metadata"];
 /// A `Status` object's fields after its head.
 const STATUS_FIELDS: [&str; 5] = ["status", "message", "reason", "details", "code"];
+/// `StatusDetails`' fields in their order.
+const DETAILS: [&str; 6] = ["name", "group", "kind", "uid", "causes", "retryAfterSeconds"];
+/// `StatusCause`'s fields in their order.
+const CAUSE: [&str; 3] = ["reason", "message", "field"];
 /// `ObjectMeta`'s fields in its order, with `ListMeta`'s after `resourceVersion`.
 const METADATA: [&str; 17] = [
     "name",
@@ -55,11 +59,37 @@ fn write(out: &mut Vec<u8>, value: &Value) {
         .map(String::as_str)
         .filter(|key| !HEAD.contains(key) && !first.contains(key) && Some(*key) != last);
     let keys = ordered.chain(rest).chain(last);
-    write_fields(out, fields, keys, |out, key, value| {
-        if key == "metadata" {
-            write_metadata(out, value);
-        } else {
-            serde_json::to_writer(out, value).expect("a JSON value serializes");
+    write_fields(out, fields, keys, |out, key, value| match key {
+        "metadata" => write_metadata(out, value),
+        "details" if is_status => write_details(out, value),
+        _ => serde_json::to_writer(out, value).expect("a JSON value serializes"),
+    });
+}
+
+/// A `Status`'s details, and each of its causes, in their types' order.
+fn write_details(out: &mut Vec<u8>, value: &Value) {
+    let Value::Object(fields) = value else {
+        serde_json::to_writer(out, value).expect("a JSON value serializes");
+        return;
+    };
+    write_fields(out, fields, DETAILS.iter().copied(), |out, key, value| {
+        match (key, value) {
+            ("causes", Value::Array(causes)) => {
+                out.push(b'[');
+                for (index, cause) in causes.iter().enumerate() {
+                    if index > 0 {
+                        out.push(b',');
+                    }
+                    match cause {
+                        Value::Object(cause) => write_fields(out, cause, CAUSE.iter().copied(), |out, _, value| {
+                            serde_json::to_writer(out, value).expect("a JSON value serializes");
+                        }),
+                        other => serde_json::to_writer(&mut *out, other).expect("a JSON value serializes"),
+                    }
+                }
+                out.push(b']');
+            }
+            _ => serde_json::to_writer(out, value).expect("a JSON value serializes"),
         }
     });
 }
@@ -123,11 +153,13 @@ mod tests {
 
     #[test]
     fn a_status_answer_keeps_its_own_order() {
-        let status = json!({"code": 404, "reason": "NotFound", "message": "m", "status": "Failure",
+        let status = json!({"code": 422, "reason": "Invalid", "message": "m", "status": "Failure",
+                            "details": {"kind": "Widget", "name": "w", "group": "example.com",
+                                        "causes": [{"field": "spec.size", "message": "Required value", "reason": "FieldValueRequired"}]},
                             "metadata": {}, "apiVersion": "v1", "kind": "Status"});
         assert_eq!(
             text(&status),
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"m","reason":"NotFound","code":404}"#
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"m","reason":"Invalid","details":{"name":"w","group":"example.com","kind":"Widget","causes":[{"reason":"FieldValueRequired","message":"Required value","field":"spec.size"}]},"code":422}"#
         );
     }
 }

@@ -505,7 +505,8 @@ impl Request<'_> {
                 &format!("dryRun: Unsupported value: []string{{{unsupported:?}}}: supported values: \"All\""),
             ));
         }
-        let mut options = WriteOptions::default().dry_run(!dry_run.is_empty());
+        let strict = self.query.get("fieldValidation").is_some_and(|level| level == "Strict");
+        let mut options = WriteOptions::default().dry_run(!dry_run.is_empty()).strict(strict);
         if let Some(manager) = self.query.get("fieldManager").filter(|manager| !manager.is_empty()) {
             if manager.len() > 128 {
                 return Err(ApiError::invalid_options(

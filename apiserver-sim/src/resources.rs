@@ -37,6 +37,10 @@ pub struct ResourceDef {
     /// `Status` of success. An object that finalizers keep is answered in
     /// either case.
     pub returns_deleted_object: bool,
+    /// The structural schema (a CRD version's `openAPIV3Schema`) that every
+    /// write is pruned to, defaulted by and checked against; none for
+    /// built-in resources, whose fields are taken as written.
+    pub schema: Option<serde_json::Value>,
 }
 
 /// A subresource as discovery lists it: its name, the kind it answers and its verbs.
@@ -131,6 +135,7 @@ impl ResourceDef {
             subresources: Vec::new(),
             tracks_generation: false,
             returns_deleted_object: false,
+            schema: None,
         }
     }
 

@@ -43,6 +43,8 @@ fn defs(crd: &Value) -> Vec<ResourceDef> {
                     label_selector: scale["labelSelectorPath"].as_str().map(str::to_owned),
                 });
             }
+            let schema = &version["schema"]["openAPIV3Schema"];
+            def.schema = schema.is_object().then(|| schema.clone());
             if let Some(singular) = names["singular"].as_str() {
                 def.singular = singular.to_owned();
             }

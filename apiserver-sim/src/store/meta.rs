@@ -28,9 +28,11 @@ pub(super) fn check_name(def: &ResourceDef, name: &str) -> Result<()> {
     } else {
         Err(ApiError::invalid(
             &def.group,
-            &def.plural,
+            &def.kind,
             name,
-            "metadata.name: Invalid value: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            &format!(
+                "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            ),
         ))
     }
 }

@@ -14,7 +14,7 @@
 //! The verbs are in `write` and `delete`, list queries in `list` (with `filter`
 //! for selectors and `continue_token` for paging), field ownership and
 //! server-side apply in `managed_fields`, the `scale` subresource in `scale`,
-//! CustomResourceDefinitions in `crd`, server-set names, uids and timestamps in
+//! CustomResourceDefinitions in `crd` (and their schemas in `schema`), server-set names, uids and timestamps in
 //! `meta`, and paths to fields in `field_path`.
 
 mod continue_token;
@@ -26,6 +26,7 @@ mod list;
 mod managed_fields;
 mod meta;
 mod scale;
+mod schema;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};

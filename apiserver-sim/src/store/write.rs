@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::meta::{check_name, new_uid, now_rfc3339, random_suffix};
 use super::{
     EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, existing, field_path, lookup,
-    managed_fields, object_key,
+    managed_fields, object_key, schema,
 };
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
@@ -62,6 +62,9 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `force`: an apply takes the fields it conflicts on from their managers.
     pub force: bool,
+    /// `fieldValidation=Strict`: a field that a custom resource's schema
+    /// does not declare is a 400 instead of being dropped.
+    pub strict: bool,
 }
 
 impl WriteOptions {
@@ -83,6 +86,13 @@ impl WriteOptions {
     #[must_use]
     pub fn force(mut self, force: bool) -> Self {
         self.force = force;
+        self
+    }
+
+    /// Sets [`WriteOptions::strict`].
+    #[must_use]
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
         self
     }
 }
@@ -235,7 +245,7 @@ impl Transaction<'_> {
                 _ => {
                     return Err(ApiError::invalid(
                         &def.group,
-                        &def.plural,
+                        &def.kind,
                         "",
                         "metadata.name: Required value: name or generateName is required",
                     ));
@@ -268,6 +278,7 @@ impl Transaction<'_> {
         if def.kind == "CustomResourceDefinition" {
             crd::establish(&mut body);
         }
+        self.admit(&def, &name, &mut body)?;
         match ownership {
             Ownership::Record => {
                 if let Some(manager) = self.options.field_manager.clone() {
@@ -503,6 +514,7 @@ impl Transaction<'_> {
                 }
             }
         }
+        self.admit(&def, name, &mut next)?;
         if next == existing.value {
             // Nothing changed: no new resourceVersion, no event.
             return Ok(existing);
@@ -525,6 +537,34 @@ impl Transaction<'_> {
     }
 }
 
+impl Transaction<'_> {
+    /// Prunes, defaults and checks an object of a resource with a schema, as
+    /// kube-apiserver does a custom resource's.
+    ///
+    /// # Errors
+    ///
+    /// 400 for a field the schema does not declare under strict field
+    /// validation, 422 for invalid fields.
+    fn admit(&self, def: &ResourceDef, name: &str, object: &mut Value) -> Result<()> {
+        let Some(schema) = &def.schema else {
+            return Ok(());
+        };
+        let (pruned, errors) = schema::admit(schema, object);
+        if self.options.strict && !pruned.is_empty() {
+            let unknown: Vec<String> = pruned.iter().map(|path| format!("unknown field {path:?}")).collect();
+            return Err(ApiError::bad_request(format!(
+                "strict decoding error: {}",
+                unknown.join(", ")
+            )));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid_fields(&def.group, &def.kind, name, errors))
+        }
+    }
+}
+
 /// `value` with a JSON, merge or strategic merge patch applied (a strategic merge
 /// patch is applied as a merge patch).
 pub(super) fn patch_value(
@@ -540,7 +580,7 @@ pub(super) fn patch_value(
             let operations: json_patch::Patch = serde_json::from_value(patch)
                 .map_err(|error| ApiError::bad_request(format!("invalid JSON patch: {error}")))?;
             json_patch::patch(&mut patched, &operations)
-                .map_err(|error| ApiError::invalid(&def.group, &def.plural, name, &error.to_string()))?;
+                .map_err(|error| ApiError::invalid(&def.group, &def.kind, name, &error.to_string()))?;
         }
         PatchType::Merge | PatchType::Strategic | PatchType::Apply => {
             if !patch.is_object() {
