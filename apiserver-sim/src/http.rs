@@ -835,16 +835,12 @@ fn list_response(
     if let Some(token) = continue_token {
         metadata["continue"] = json!(token);
     }
-    let head = format!(
-        "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{}",
-        json!(kind),
-        json!(api_version),
-        metadata
-    );
+    let head = encoding::to_vec(&json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}));
     let items: Vec<Bytes> = items.collect();
     let size = items.iter().map(|item| item.len() + 1).sum::<usize>() + head.len() + 16;
     let mut buf = BytesMut::with_capacity(size);
-    buf.put_slice(head.as_bytes());
+    // The head without its closing brace; the items follow.
+    buf.put_slice(&head[..head.len() - 1]);
     buf.put_slice(b",\"items\":[");
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
