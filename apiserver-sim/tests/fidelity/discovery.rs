@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use apiserver_sim::SimConfig;
 use kube::api::{Api, DynamicObject, GroupVersionKind};
-use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope};
+use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
 use serde_json::json;
 
 use crate::support::{kubectl, kubectl_run, raw, start};
@@ -179,4 +179,24 @@ async fn kubectl_discovers_every_group_in_two_requests() {
         resources.lines().any(|line| line.starts_with("deployments ")),
         "{resources}"
     );
+}
+
+#[tokio::test]
+async fn every_resource_discovery_says_lists_answers_a_list() {
+    let (_server, client) = start(SimConfig::default()).await;
+    let discovery = Discovery::new(client.clone()).run_aggregated().await.unwrap();
+    let mut listed = 0;
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            if !caps.supports_operation(verbs::LIST) {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            api.list(&Default::default())
+                .await
+                .unwrap_or_else(|error| panic!("{} {} is not listed: {error}", resource.api_version, resource.plural));
+            listed += 1;
+        }
+    }
+    assert!(listed > 25, "only {listed} resources were discovered");
 }
