@@ -460,6 +460,12 @@ impl Request<'_> {
                         .map(|issued| json_response(StatusCode::CREATED, &issued)),
                 );
             }
+            ("", "Pod", "eviction") => {
+                if *self.method != Method::POST {
+                    return Some(Err(ApiError::method_not_routed()));
+                }
+                return Some(self.evict(namespace, name));
+            }
             ("", "Pod", "log") if *self.method != Method::GET => return Some(Err(ApiError::method_not_routed())),
             ("", "Pod", "exec" | "attach" | "portforward") if !matches!(*self.method, Method::GET | Method::POST) => {
                 return Some(Err(ApiError::method_not_routed()));
@@ -477,6 +483,38 @@ impl Request<'_> {
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
             response
         }))
+    }
+
+    /// `pods/eviction`: the pod is deleted as its Eviction's delete options
+    /// say, and the answer is a `Status` of success, `201`. No
+    /// PodDisruptionBudget is served, so none refuses an eviction.
+    fn evict(&self, namespace: &str, name: &str) -> Result<Response> {
+        let eviction = self.json_body()?;
+        if !matches!(eviction["kind"].as_str(), None | Some("Eviction")) {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({}) does not match the expected kind (Eviction)",
+                eviction["kind"].as_str().unwrap_or_default()
+            )));
+        }
+        if eviction["metadata"]["name"].as_str().is_some_and(|named| named != name) {
+            return Err(ApiError::bad_request(
+                "name in URL does not match name in Eviction object",
+            ));
+        }
+        let options = &eviction["deleteOptions"];
+        let preconditions = Preconditions {
+            uid: options["preconditions"]["uid"].as_str().map(str::to_owned),
+            resource_version: options["preconditions"]["resourceVersion"].as_str().map(str::to_owned),
+        };
+        let write_options = self.write_options("DeleteOptions", Some(options))?;
+        self.shared.store.transaction(write_options).delete(
+            &resources::ids::pods(),
+            Some(namespace),
+            name,
+            &preconditions,
+        )?;
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+        Ok(json_response(StatusCode::CREATED, &status))
     }
 
     /// A delete's `DeleteOptions` body (`null` when there is none).

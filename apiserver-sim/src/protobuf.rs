@@ -1,9 +1,10 @@
-//! Request bodies in Kubernetes' protobuf encoding, as kubectl's typed commands (`kubectl create configmap`, `secret`, `namespace`, `serviceaccount`, `role`, `token`, …) send them.
+//! Request bodies in Kubernetes' protobuf encoding, as kubectl's typed commands (`kubectl create configmap`, `secret`, `namespace`, `serviceaccount`, `role`, `token`, `drain`, …) send them.
 //!
 //! A body is the magic `k8s\0` and a `runtime.Unknown` envelope naming the
 //! object's `apiVersion` and `kind` around its protobuf bytes. The kinds
 //! kubectl's simple generators send (ConfigMaps, Secrets, Namespaces,
-//! ServiceAccounts, RBAC objects and TokenRequests) are decoded, with k8s-pb's message
+//! ServiceAccounts, RBAC objects, TokenRequests and the Evictions of
+//! `kubectl drain`) are decoded, with k8s-pb's message
 //! types, into the JSON the rest of the emulation takes; any other kind is
 //! `415 Unsupported Media Type`, as from a server that cannot read it.
 
@@ -13,6 +14,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use k8s_pb::api::authentication::v1 as authentication;
 use k8s_pb::api::core::v1 as core;
+use k8s_pb::api::policy::v1 as policy;
 use k8s_pb::api::rbac::v1 as rbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
@@ -50,6 +52,7 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value> {
         ("authentication.k8s.io/v1", "TokenRequest") => {
             token_request(authentication::TokenRequest::decode(raw).map_err(malformed)?)
         }
+        ("policy/v1", "Eviction") => eviction(policy::Eviction::decode(raw).map_err(malformed)?),
         ("rbac.authorization.k8s.io/v1", "Role") => {
             let role = rbac::Role::decode(raw).map_err(malformed)?;
             with_meta(role.metadata, [("rules", rules(role.rules))])
@@ -238,6 +241,26 @@ fn token_request(request: authentication::TokenRequest) -> Value {
         "boundObjectRef": bound,
     }));
     with_meta(request.metadata, [("spec", spec)])
+}
+
+fn eviction(eviction: policy::Eviction) -> Value {
+    let options = eviction.delete_options.map_or(Value::Null, |options| {
+        let preconditions = options.preconditions.map_or(Value::Null, |preconditions| {
+            without_nulls(json!({"uid": preconditions.uid, "resourceVersion": preconditions.resource_version}))
+        });
+        let dry_run = if options.dry_run.is_empty() {
+            Value::Null
+        } else {
+            json!(options.dry_run)
+        };
+        without_nulls(json!({
+            "gracePeriodSeconds": options.grace_period_seconds,
+            "preconditions": preconditions,
+            "propagationPolicy": options.propagation_policy,
+            "dryRun": dry_run,
+        }))
+    });
+    with_meta(eviction.metadata, [("deleteOptions", options)])
 }
 
 fn rules(rules: Vec<rbac::PolicyRule>) -> Value {

@@ -289,6 +289,7 @@ pub fn built_in() -> Vec<ResourceDef> {
                 "Pod",
                 &["get", "patch", "update"],
             ))
+            .with_subresource(SubresourceDef::new("eviction", "Eviction", &["create"]).of("policy", "v1"))
             .with_subresource(SubresourceDef::new("exec", "PodExecOptions", &["create", "get"]))
             .with_subresource(SubresourceDef::new("log", "Pod", &["get"]))
             .with_subresource(SubresourceDef::new(

@@ -276,7 +276,7 @@ impl ApiError {
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects and TokenRequests) (got {content_type})"
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects, TokenRequests and Evictions) (got {content_type})"
             ),
         )
     }

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, EvictParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::support::{api_error, from_json, kubectl, kubectl_output, pod_on, start};
@@ -398,4 +398,63 @@ async fn kubectl_reports_what_needs_a_kubelet_and_the_component_statuses() {
         String::from_utf8_lossy(&statuses.stderr).contains("ComponentStatus is deprecated"),
         "kubectl prints the server's deprecation warning"
     );
+}
+
+#[tokio::test]
+async fn an_evicted_pod_is_deleted_and_the_eviction_answered_with_a_status() {
+    let (_server, client) = start(SimConfig::default().controllers(false)).await;
+    let pods: Api<Pod> = Api::default_namespaced(client);
+    pod_on(&pods, "web", None).await;
+    let status = pods.evict("web", &EvictParams::default()).await.unwrap();
+    assert_eq!(status.code, 201);
+    assert_eq!(api_error(pods.get("web").await.unwrap_err()).code, 404);
+    let missing = pods.evict("web", &EvictParams::default()).await.unwrap_err();
+    assert_eq!(api_error(missing).code, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drains_a_node_by_cordoning_it_and_evicting_its_pods() {
+    if kubectl().is_none() {
+        return;
+    }
+    let (server, client) = start(SimConfig::default().controllers(false)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in ["node-a", "node-b"] {
+        nodes
+            .create(&PostParams::default(), &from_json(json!({"metadata": {"name": name}})))
+            .await
+            .unwrap();
+    }
+    let pods: Api<Pod> = Api::default_namespaced(client);
+    pod_on(&pods, "on-a", Some("node-a")).await;
+    pod_on(&pods, "on-b", Some("node-b")).await;
+
+    let drained = kubectl_output(
+        &server,
+        dir.path(),
+        &["drain", "node-a", "--force", "--ignore-daemonsets", "--timeout=30s"],
+    )
+    .await;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&drained.stdout),
+        String::from_utf8_lossy(&drained.stderr),
+    );
+    assert!(drained.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("evicting pod default/on-a") || stderr.contains("evicting pod default/on-a"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("node/node-a drained"), "{stdout}");
+    let node = nodes.get("node-a").await.unwrap();
+    assert_eq!(node.spec.and_then(|spec| spec.unschedulable), Some(true));
+    let left: Vec<String> = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(left, ["on-b"]);
 }
