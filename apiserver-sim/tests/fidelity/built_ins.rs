@@ -4,7 +4,7 @@ use apiserver_sim::SimConfig;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -457,4 +457,56 @@ async fn kubectl_drains_a_node_by_cordoning_it_and_evicting_its_pods() {
         .map(ResourceExt::name_any)
         .collect();
     assert_eq!(left, ["on-b"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_selected_by_what_they_are_about_as_kubectl_describe_asks() {
+    let (server, client) = start(SimConfig::default().controllers(false)).await;
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    pod_on(&pods, "web", None).await;
+    let uid = pods.get("web").await.unwrap().metadata.uid.unwrap();
+    let events: Api<Event> = Api::default_namespaced(client);
+    for (name, about, reason) in [
+        ("web.1", "web", "BackOff"),
+        ("web.2", "web", "Pulled"),
+        ("db.1", "db", "BackOff"),
+    ] {
+        let event: Event = from_json(json!({
+            "metadata": {"name": name},
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": about, "uid": if about == "web" { uid.as_str() } else { "other" }},
+            "reason": reason, "message": format!("{reason} of {about}"), "type": "Warning",
+            "source": {"component": "kubelet"}
+        }));
+        events.create(&PostParams::default(), &event).await.unwrap();
+    }
+    let names = |selector: &'static str| {
+        let events = events.clone();
+        async move {
+            let listed = events.list(&ListParams::default().fields(selector)).await.unwrap();
+            listed.items.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(names("involvedObject.name=web,reason=BackOff").await, ["web.1"]);
+    assert_eq!(
+        names("involvedObject.kind=Pod,source=kubelet").await,
+        ["db.1", "web.1", "web.2"]
+    );
+    assert_eq!(names("involvedObject.name!=web").await, ["db.1"]);
+
+    if kubectl().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let described = kubectl_output(&server, dir.path(), &["describe", "pod", "web"]).await;
+    let stdout = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described.status.success(),
+        "{}",
+        String::from_utf8_lossy(&described.stderr)
+    );
+    assert!(
+        stdout.contains("BackOff of web") && stdout.contains("Pulled of web"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("BackOff of db"), "{stdout}");
 }
