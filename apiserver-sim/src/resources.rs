@@ -22,6 +22,8 @@ pub struct ResourceDef {
     pub status_subresource: bool,
     /// Short names for kubectl, e.g. `po`.
     pub short_names: Vec<String>,
+    /// The categories it belongs to, e.g. `all` for what `kubectl get all` lists.
+    pub categories: Vec<String>,
     /// Where the `scale` subresource reads and writes, when it is served.
     pub scale_subresource: Option<ScalePaths>,
     /// The verbs the resource serves, as discovery lists them.
@@ -130,6 +132,7 @@ impl ResourceDef {
             namespaced: true,
             status_subresource: false,
             short_names: Vec::new(),
+            categories: Vec::new(),
             scale_subresource: None,
             verbs: ALL_VERBS.iter().map(|verb| (*verb).to_owned()).collect(),
             subresources: Vec::new(),
@@ -199,6 +202,13 @@ impl ResourceDef {
         self
     }
 
+    /// Puts it in the `all` category, which `kubectl get all` lists.
+    #[must_use]
+    pub fn in_all(mut self) -> Self {
+        self.categories.push("all".to_owned());
+        self
+    }
+
     /// Sets the kubectl short names.
     #[must_use]
     pub fn short_names(mut self, names: &[&str]) -> Self {
@@ -235,6 +245,9 @@ impl ResourceDef {
         });
         if !self.short_names.is_empty() {
             main["shortNames"] = json!(self.short_names);
+        }
+        if !self.categories.is_empty() {
+            main["categories"] = json!(self.categories);
         }
         let mut subresources = self.subresources.clone();
         if self.status_subresource {
@@ -281,6 +294,7 @@ pub fn built_in() -> Vec<ResourceDef> {
             .short_names(&["no"]),
         ResourceDef::new("", "v1", "Pod", "pods")
             .with_status()
+            .in_all()
             .with_generation()
             .returning_deleted_object()
             .with_subresource(SubresourceDef::new("attach", "PodAttachOptions", &["create", "get"]))
@@ -298,6 +312,36 @@ pub fn built_in() -> Vec<ResourceDef> {
                 &["create", "get"],
             ))
             .short_names(&["po"]),
+        // Stored as written: no controller fills endpoints, binds volumes
+        // or enforces quotas and limits.
+        ResourceDef::new("", "v1", "Endpoints", "endpoints").short_names(&["ep"]),
+        ResourceDef::new("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+            .with_status()
+            .short_names(&["pvc"]),
+        ResourceDef::new("", "v1", "PersistentVolume", "persistentvolumes")
+            .cluster_scoped()
+            .with_status()
+            .short_names(&["pv"]),
+        ResourceDef::new("", "v1", "ResourceQuota", "resourcequotas")
+            .with_status()
+            .short_names(&["quota"]),
+        ResourceDef::new("", "v1", "LimitRange", "limitranges").short_names(&["limits"]),
+        ResourceDef::new("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
+        ResourceDef::new("networking.k8s.io", "v1", "Ingress", "ingresses")
+            .with_status()
+            .with_generation()
+            .short_names(&["ing"]),
+        ResourceDef::new("networking.k8s.io", "v1", "IngressClass", "ingressclasses").cluster_scoped(),
+        ResourceDef::new("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies")
+            .with_generation()
+            .short_names(&["netpol"]),
+        ResourceDef::new("storage.k8s.io", "v1", "StorageClass", "storageclasses")
+            .cluster_scoped()
+            .returning_deleted_object()
+            .short_names(&["sc"]),
+        ResourceDef::new("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses")
+            .cluster_scoped()
+            .short_names(&["pc"]),
         // Computed on each request from the components' health, not stored.
         ResourceDef::new("", "v1", "ComponentStatus", "componentstatuses")
             .cluster_scoped()
@@ -307,6 +351,7 @@ pub fn built_in() -> Vec<ResourceDef> {
         ResourceDef::new("", "v1", "Secret", "secrets"),
         ResourceDef::new("", "v1", "Service", "services")
             .with_status()
+            .in_all()
             .returning_deleted_object()
             .short_names(&["svc"]),
         ResourceDef::new("", "v1", "ServiceAccount", "serviceaccounts")
@@ -321,21 +366,25 @@ pub fn built_in() -> Vec<ResourceDef> {
         ResourceDef::new("events.k8s.io", "v1", "Event", "events").short_names(&["ev"]),
         ResourceDef::new("apps", "v1", "Deployment", "deployments")
             .with_status()
+            .in_all()
             .with_generation()
             .with_scale(ScalePaths::replicas())
             .short_names(&["deploy"]),
         ResourceDef::new("apps", "v1", "ReplicaSet", "replicasets")
             .with_status()
+            .in_all()
             .with_generation()
             .with_scale(ScalePaths::replicas())
             .short_names(&["rs"]),
         ResourceDef::new("apps", "v1", "StatefulSet", "statefulsets")
             .with_status()
+            .in_all()
             .with_generation()
             .with_scale(ScalePaths::replicas())
             .short_names(&["sts"]),
         ResourceDef::new("apps", "v1", "DaemonSet", "daemonsets")
             .with_status()
+            .in_all()
             .with_generation()
             .short_names(&["ds"]),
         ResourceDef::new(
@@ -345,13 +394,16 @@ pub fn built_in() -> Vec<ResourceDef> {
             "horizontalpodautoscalers",
         )
         .with_status()
+        .in_all()
         .with_generation()
         .short_names(&["hpa"]),
         ResourceDef::new("batch", "v1", "Job", "jobs")
             .with_status()
+            .in_all()
             .with_generation(),
         ResourceDef::new("batch", "v1", "CronJob", "cronjobs")
             .with_status()
+            .in_all()
             .with_generation()
             .short_names(&["cj"]),
         ResourceDef::new("coordination.k8s.io", "v1", "Lease", "leases"),
@@ -545,6 +597,9 @@ fn aggregated_version(list: &Value) -> Value {
             });
             if entry["shortNames"].as_array().is_some_and(|names| !names.is_empty()) {
                 resource["shortNames"] = entry["shortNames"].clone();
+            }
+            if entry["categories"].as_array().is_some_and(|names| !names.is_empty()) {
+                resource["categories"] = entry["categories"].clone();
             }
             let prefix = format!("{name}/");
             let subresources: Vec<Value> = entries

@@ -48,6 +48,10 @@ fn defs(crd: &Value) -> Vec<ResourceDef> {
             if let Some(singular) = names["singular"].as_str() {
                 def.singular = singular.to_owned();
             }
+            def.categories = names["categories"]
+                .as_array()
+                .map(|names| names.iter().filter_map(|n| Some(n.as_str()?.to_owned())).collect())
+                .unwrap_or_default();
             def.short_names = names["shortNames"]
                 .as_array()
                 .map(|names| names.iter().filter_map(|n| Some(n.as_str()?.to_owned())).collect())

@@ -200,3 +200,34 @@ async fn every_resource_discovery_says_lists_answers_a_list() {
     }
     assert!(listed > 25, "only {listed} resources were discovered");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_all_lists_the_resources_of_the_all_category() {
+    if kubectl().is_none() {
+        return;
+    }
+    let (server, _client) = start(SimConfig::default()).await;
+    let pods = raw(&server, "GET", "/api", AGGREGATED, "").await.json();
+    let categories = pods["items"][0]["versions"][0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|resource| resource["resource"] == "pods")
+        .map(|pods| pods["categories"].clone());
+    assert_eq!(categories, Some(json!(["all"])));
+
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("job.json");
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
+                     "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "m:1"}]}}}});
+    std::fs::write(&manifest, job.to_string()).unwrap();
+    kubectl_run(
+        &server,
+        dir.path(),
+        &["create", "--validate=false", "-f", manifest.to_str().unwrap()],
+    )
+    .await;
+    let all = kubectl_run(&server, dir.path(), &["get", "all", "-o", "name"]).await;
+    let names: Vec<&str> = all.lines().collect();
+    assert_eq!(names, ["service/kubernetes", "job.batch/migrate"], "{all}");
+}
