@@ -17,7 +17,9 @@ use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, Start, WatchRequest};
-use crate::{Shared, component_status, encoding, kubelet_api, metrics, protobuf, resources, server_stats, token};
+use crate::{
+    Shared, access_review, component_status, encoding, kubelet_api, metrics, protobuf, resources, server_stats, token,
+};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
@@ -311,8 +313,8 @@ impl Request<'_> {
         {
             return Err(ApiError::no_route(self.path));
         }
-        if def.group.is_empty() && def.plural == "componentstatuses" {
-            return self.component_statuses(target.name.as_deref());
+        if let Some(response) = self.unstored_resource(&def, target.name.as_deref()) {
+            return response;
         }
         if let (Some(name), Some(subresource)) = (target.name.as_deref(), target.subresource.as_deref())
             && let Some(response) = self.unstored_subresource(&def, namespace, name, subresource)
@@ -418,6 +420,30 @@ impl Request<'_> {
                 self.method
             ))),
         }
+    }
+
+    /// The resources whose objects are computed or answered, not stored:
+    /// `componentstatuses` and the reviews. `None` for the others.
+    fn unstored_resource(&self, def: &resources::ResourceDef, name: Option<&str>) -> Option<Result<Response>> {
+        match (def.group.as_str(), def.plural.as_str()) {
+            ("", "componentstatuses") => Some(self.component_statuses(name)),
+            ("authorization.k8s.io", "selfsubjectaccessreviews") => Some(self.review(name, |body| {
+                access_review::self_subject_access_review(&self.shared.faults, body)
+            })),
+            ("authentication.k8s.io", "selfsubjectreviews") => {
+                Some(self.review(name, access_review::self_subject_review))
+            }
+            _ => None,
+        }
+    }
+
+    /// A review: created (`POST` to the collection) and answered, `201`.
+    fn review(&self, name: Option<&str>, answer: impl FnOnce(&Value) -> Result<Value>) -> Result<Response> {
+        if *self.method != Method::POST || name.is_some() {
+            return Err(ApiError::method_not_routed());
+        }
+        let answered = answer(&self.json_body()?)?;
+        Ok(json_response(StatusCode::CREATED, &answered))
     }
 
     /// `componentstatuses`, read-only and computed on each request.

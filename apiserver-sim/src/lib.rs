@@ -72,6 +72,7 @@
 //! # Ok(()) }
 //! ```
 
+mod access_review;
 mod component_status;
 mod controllers;
 mod defaults;

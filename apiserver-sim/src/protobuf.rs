@@ -3,8 +3,8 @@
 //! A body is the magic `k8s\0` and a `runtime.Unknown` envelope naming the
 //! object's `apiVersion` and `kind` around its protobuf bytes. The kinds
 //! kubectl's simple generators send (ConfigMaps, Secrets, Namespaces,
-//! ServiceAccounts, RBAC objects, TokenRequests and the Evictions of
-//! `kubectl drain`) are decoded, with k8s-pb's message
+//! ServiceAccounts, RBAC objects, TokenRequests, the Evictions of
+//! `kubectl drain` and the reviews of `kubectl auth`) are decoded, with k8s-pb's message
 //! types, into the JSON the rest of the emulation takes; any other kind is
 //! `415 Unsupported Media Type`, as from a server that cannot read it.
 
@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use k8s_pb::api::authentication::v1 as authentication;
+use k8s_pb::api::authorization::v1 as authorization;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::policy::v1 as policy;
 use k8s_pb::api::rbac::v1 as rbac;
@@ -53,6 +54,13 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value> {
             token_request(authentication::TokenRequest::decode(raw).map_err(malformed)?)
         }
         ("policy/v1", "Eviction") => eviction(policy::Eviction::decode(raw).map_err(malformed)?),
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
+            access_review(authorization::SelfSubjectAccessReview::decode(raw).map_err(malformed)?)
+        }
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => {
+            let review = authentication::SelfSubjectReview::decode(raw).map_err(malformed)?;
+            with_meta(review.metadata, [])
+        }
         ("rbac.authorization.k8s.io/v1", "Role") => {
             let role = rbac::Role::decode(raw).map_err(malformed)?;
             with_meta(role.metadata, [("rules", rules(role.rules))])
@@ -261,6 +269,22 @@ fn eviction(eviction: policy::Eviction) -> Value {
         }))
     });
     with_meta(eviction.metadata, [("deleteOptions", options)])
+}
+
+fn access_review(review: authorization::SelfSubjectAccessReview) -> Value {
+    let spec = review.spec.unwrap_or_default();
+    let resource = spec.resource_attributes.map_or(Value::Null, |attributes| {
+        without_nulls(json!({
+            "namespace": attributes.namespace, "verb": attributes.verb, "group": attributes.group,
+            "version": attributes.version, "resource": attributes.resource,
+            "subresource": attributes.subresource, "name": attributes.name,
+        }))
+    });
+    let non_resource = spec.non_resource_attributes.map_or(Value::Null, |attributes| {
+        without_nulls(json!({"path": attributes.path, "verb": attributes.verb}))
+    });
+    let spec = without_nulls(json!({"resourceAttributes": resource, "nonResourceAttributes": non_resource}));
+    with_meta(review.metadata, [("spec", spec)])
 }
 
 fn rules(rules: Vec<rbac::PolicyRule>) -> Value {

@@ -397,6 +397,18 @@ pub fn built_in() -> Vec<ResourceDef> {
         .in_all()
         .with_generation()
         .short_names(&["hpa"]),
+        // Reviews are answered, not stored: `create` only.
+        ResourceDef::new("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews")
+            .cluster_scoped()
+            .verbs(&["create"]),
+        ResourceDef::new(
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+        )
+        .cluster_scoped()
+        .verbs(&["create"]),
         ResourceDef::new("batch", "v1", "Job", "jobs")
             .with_status()
             .in_all()

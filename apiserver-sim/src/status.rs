@@ -2,6 +2,10 @@
 
 use serde_json::{Value, json};
 
+/// The user every client is taken to be: the emulation authenticates no
+/// one, and names this service account where kube-apiserver names the user.
+pub const USER: &str = "system:serviceaccount:kinformer:kinformer";
+
 /// A failed request, answered as a `Status` object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
@@ -276,7 +280,7 @@ impl ApiError {
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects, TokenRequests and Evictions) (got {content_type})"
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects, TokenRequests, Evictions and reviews) (got {content_type})"
             ),
         )
     }
@@ -303,7 +307,7 @@ impl ApiError {
             403,
             "Forbidden",
             format!(
-                "{resource} is forbidden: User \"system:serviceaccount:kinformer:kinformer\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
+                "{resource} is forbidden: User \"{USER}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
             ),
         )
     }

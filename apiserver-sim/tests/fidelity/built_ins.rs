@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, EvictParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::support::{api_error, from_json, kubectl, kubectl_output, pod_on, start};
+use crate::support::{api_error, from_json, kubectl, kubectl_output, kubectl_run, pod_on, start};
 
 #[tokio::test]
 async fn jobs_and_cron_jobs_keep_status_to_their_subresource() {
@@ -509,4 +509,40 @@ async fn events_are_selected_by_what_they_are_about_as_kubectl_describe_asks() {
         "{stdout}"
     );
     assert!(!stdout.contains("BackOff of db"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_can_i_agrees_with_the_forbidden_answers() {
+    if kubectl().is_none() {
+        return;
+    }
+    let (server, _client) = start(SimConfig::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let can_i = |args: &'static [&'static str]| {
+        let (server, dir) = (&server, dir.path());
+        async move {
+            let mut command = vec!["auth", "can-i"];
+            command.extend_from_slice(args);
+            let output = kubectl_output(server, dir, &command).await;
+            String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        }
+    };
+    assert_eq!(can_i(&["list", "pods"]).await, "yes");
+    server.faults().confine("configmaps", ["team-a"]);
+    assert_eq!(can_i(&["get", "configmaps", "-n", "team-a"]).await, "yes");
+    assert_eq!(can_i(&["get", "configmaps", "-n", "team-b"]).await, "no");
+    assert_eq!(can_i(&["list", "configmaps", "--all-namespaces"]).await, "no");
+    assert_eq!(
+        server.faults().denied("configmaps"),
+        0,
+        "a review is no request on configmaps"
+    );
+
+    let whoami = kubectl_run(
+        &server,
+        dir.path(),
+        &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"],
+    )
+    .await;
+    assert_eq!(whoami, "system:serviceaccount:kinformer:kinformer");
 }
