@@ -171,13 +171,19 @@ impl Faults {
     }
 
     /// Whether a request on `resource` in `namespace` (`None`: across all
+    /// namespaces, or a cluster-scoped resource) would be forbidden, as an
+    /// access review asks; nothing is counted.
+    pub(crate) fn forbids(&self, resource: &str, namespace: Option<&str>) -> bool {
+        self.forbidden_set()
+            .get(resource)
+            .is_some_and(|rule| rule.forbids(namespace))
+    }
+
+    /// Whether a request on `resource` in `namespace` (`None`: across all
     /// namespaces, or a cluster-scoped resource) is forbidden, counted as a
     /// failed request when it is.
     pub(crate) fn is_forbidden(&self, resource: &str, namespace: Option<&str>) -> bool {
-        let forbidden = self
-            .forbidden_set()
-            .get(resource)
-            .is_some_and(|rule| rule.forbids(namespace));
+        let forbidden = self.forbids(resource, namespace);
         if forbidden {
             self.counts.failed_requests.fetch_add(1, Ordering::Relaxed);
             *self

@@ -1,4 +1,7 @@
 //! The HTTP surface: Kubernetes REST paths, discovery, `metrics.k8s.io`, and the `/sim` control API.
+//!
+//! What is answered rather than stored (reviews, tokens, evictions, what a
+//! kubelet serves) is in `unstored`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,10 +16,13 @@ use bytes::{BufMut, BytesMut};
 use kinformer_selector::Selector;
 use serde_json::{Value, json};
 
+use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
-use crate::store::{Filter, ListOptions, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
+use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, Start, WatchRequest};
-use crate::{Shared, metrics, resources, server_stats};
+use crate::{Shared, encoding, metrics, protobuf, resources, server_stats};
+
+mod unstored;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
@@ -129,13 +135,6 @@ struct Request<'a> {
     body: &'a Bytes,
 }
 
-/// A subresource a path addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Subresource {
-    Status,
-    Scale,
-}
-
 /// What a resource path addresses.
 struct Target {
     id: ResourceId,
@@ -150,6 +149,10 @@ impl Request<'_> {
         let store = &self.shared.store;
         match segments[..] {
             ["version"] => Ok(json_response(StatusCode::OK, &resources::version())),
+            ["api"] if self.wants(&[Representation::GroupDiscoveryList]) == Representation::GroupDiscoveryList => {
+                let core = self.group_version_lists("", &["v1".to_owned()]);
+                Ok(aggregated_discovery_response(&[(String::new(), core)]))
+            }
             ["api"] => Ok(json_response(
                 StatusCode::OK,
                 &resources::core_versions(&self.shared.address.to_string()),
@@ -161,7 +164,26 @@ impl Request<'_> {
                 if let Some(groups) = list["groups"].as_array_mut() {
                     groups.push(metrics::api::group());
                 }
-                Ok(json_response(StatusCode::OK, &list))
+                if self.wants(&[Representation::GroupDiscoveryList]) != Representation::GroupDiscoveryList {
+                    return Ok(json_response(StatusCode::OK, &list));
+                }
+                let groups: Vec<(String, Vec<Value>)> = list["groups"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|group| {
+                        let name = group["name"].as_str().unwrap_or_default().to_owned();
+                        let versions: Vec<String> = group["versions"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|version| Some(version["version"].as_str()?.to_owned()))
+                            .collect();
+                        let lists = self.group_version_lists(&name, &versions);
+                        (name, lists)
+                    })
+                    .collect();
+                Ok(aggregated_discovery_response(&groups))
             }
             ["apis", metrics::api::GROUP, ref rest @ ..] => self.metrics(rest),
             ["api", "v1"] => self.resource_list("", "v1"),
@@ -214,23 +236,44 @@ impl Request<'_> {
     }
 
     fn resource_list(&self, group: &str, version: &str) -> Result<Response> {
+        let list = self
+            .group_version_list(group, version)
+            .ok_or_else(|| ApiError::no_route(self.path))?;
+        Ok(json_response(StatusCode::OK, &list))
+    }
+
+    /// The `APIResourceList` of a group version, if it is served.
+    fn group_version_list(&self, group: &str, version: &str) -> Option<Value> {
+        if group == metrics::api::GROUP {
+            return Some(metrics::api::resource_list());
+        }
         let defs = self.shared.store.defs();
         let defs: Vec<_> = defs
             .iter()
             .filter(|d| d.group == group && d.version == version)
             .collect();
         if defs.is_empty() {
-            return Err(ApiError::no_route(self.path));
+            return None;
         }
         let group_version = if group.is_empty() {
             version.to_owned()
         } else {
             format!("{group}/{version}")
         };
-        Ok(json_response(
-            StatusCode::OK,
-            &resources::resource_list(&group_version, defs.into_iter().map(|d| &**d)),
-        ))
+        Some(resources::resource_list(&group_version, defs.into_iter().map(|d| &**d)))
+    }
+
+    /// The `APIResourceList`s of a group's versions, in the order given.
+    fn group_version_lists(&self, group: &str, versions: &[String]) -> Vec<Value> {
+        versions
+            .iter()
+            .filter_map(|version| self.group_version_list(group, version))
+            .collect()
+    }
+
+    /// The form of the answer the client asked for, of those `offered`.
+    fn wants(&self, offered: &[Representation]) -> Representation {
+        Representation::negotiate(self.headers, offered)
     }
 
     fn target(&self, group: &str, version: &str, rest: &[&str]) -> Result<Target> {
@@ -252,7 +295,9 @@ impl Request<'_> {
             },
             [] => return Err(ApiError::no_route(self.path)),
         };
-        if rest.len() > 5 || store.def(&target.id).is_none() {
+        // A proxy subresource carries the proxied path after its name.
+        let proxied = target.subresource.as_deref() == Some("proxy");
+        if (rest.len() > 5 && !proxied) || store.def(&target.id).is_none() {
             return Err(ApiError::no_route(self.path));
         }
         Ok(target)
@@ -266,10 +311,25 @@ impl Request<'_> {
             return Err(ApiError::no_route(self.path));
         }
         let namespace = target.namespace.as_deref();
-        let subresource = match target.subresource.as_deref() {
-            None => None,
-            Some("status") if def.status_subresource => Some(Subresource::Status),
-            Some("scale") if def.scale_subresource.is_some() => Some(Subresource::Scale),
+        if let Some(subresource) = target.subresource.as_deref()
+            && !def.serves_subresource(subresource)
+        {
+            return Err(ApiError::no_route(self.path));
+        }
+        if let Some(response) = self.unstored_resource(&def, target.name.as_deref()) {
+            return response;
+        }
+        if let (Some(name), Some(subresource)) = (target.name.as_deref(), target.subresource.as_deref())
+            && let Some(response) = self.unstored_subresource(&def, namespace, name, subresource)
+        {
+            return response;
+        }
+        let part = match target.subresource.as_deref() {
+            None => Part::Main,
+            Some("status") => Part::Status,
+            Some("scale") => Part::Scale,
+            Some("approval") => Part::Approval,
+            Some("ephemeralcontainers") => Part::EphemeralContainers,
             Some(_) => return Err(ApiError::no_route(self.path)),
         };
         let Some(name) = target.name.as_deref() else {
@@ -283,12 +343,12 @@ impl Request<'_> {
                     let created = store
                         .transaction(options)
                         .create(&target.id, namespace, self.json_body()?)?;
-                    Ok(object_response(StatusCode::CREATED, &created))
+                    self.object_answer(StatusCode::CREATED, &def, &created)
                 }
                 Method::DELETE => {
                     let options = self.write_options("DeleteOptions", Some(&self.delete_options()?))?;
                     let deleted = store.transaction(options).delete_collection(&target.id, &filter)?;
-                    Ok(list_response(&def, store.resource_version(), None, &deleted))
+                    self.list_answer(&def, store.resource_version(), None, &deleted)
                 }
                 _ => Err(ApiError::method_not_allowed(format!(
                     "{} is not allowed on a collection",
@@ -297,28 +357,27 @@ impl Request<'_> {
             };
         };
         let id = &target.id;
-        match (self.method.clone(), subresource) {
-            (Method::GET, Some(Subresource::Scale)) => {
+        match (self.method.clone(), part) {
+            (Method::GET, Part::Scale) => {
                 let scale = store.transaction(WriteOptions::default()).scale(id, namespace, name)?;
                 Ok(json_response(StatusCode::OK, &scale))
             }
-            (Method::GET, _) => Ok(object_response(StatusCode::OK, &store.get(id, namespace, name)?)),
-            (Method::PUT, Some(Subresource::Scale)) => {
+            (Method::GET, _) => self.object_answer(StatusCode::OK, &def, &store.get(id, namespace, name)?),
+            (Method::PUT, Part::Scale) => {
                 let options = self.write_options("UpdateOptions", None)?;
                 let scale = store
                     .transaction(options)
                     .update_scale(id, namespace, name, self.json_body()?)?;
                 Ok(json_response(StatusCode::OK, &scale))
             }
-            (Method::PUT, subresource) => {
+            (Method::PUT, part) => {
                 let options = self.write_options("UpdateOptions", None)?;
-                let status = subresource == Some(Subresource::Status);
                 let updated = store
                     .transaction(options)
-                    .update(id, namespace, name, self.json_body()?, status)?;
-                Ok(object_response(StatusCode::OK, &updated))
+                    .update_part(id, namespace, name, self.json_body()?, part)?;
+                self.object_answer(StatusCode::OK, &def, &updated)
             }
-            (Method::PATCH, subresource) => {
+            (Method::PATCH, part) => {
                 let content_type = self
                     .headers
                     .get(header::CONTENT_TYPE)
@@ -328,17 +387,16 @@ impl Request<'_> {
                 let options = self.patch_options(patch_type)?;
                 let patch = self.patch_body(patch_type)?;
                 let mut transaction = store.transaction(options);
-                if subresource == Some(Subresource::Scale) {
+                if part == Part::Scale {
                     let scale = transaction.patch_scale(id, namespace, name, patch_type, patch)?;
                     return Ok(json_response(StatusCode::OK, &scale));
                 }
                 let existed = transaction.get(id, namespace, name).is_ok();
-                let status = subresource == Some(Subresource::Status);
-                let patched = transaction.patch(id, namespace, name, patch_type, patch, status)?;
+                let patched = transaction.patch_part(id, namespace, name, patch_type, patch, part)?;
                 let code = if existed { StatusCode::OK } else { StatusCode::CREATED };
-                Ok(object_response(code, &patched))
+                self.object_answer(code, &def, &patched)
             }
-            (Method::DELETE, None) => {
+            (Method::DELETE, Part::Main) => {
                 let options = self.delete_options()?;
                 let preconditions = Preconditions {
                     uid: options["preconditions"]["uid"].as_str().map(str::to_owned),
@@ -348,7 +406,17 @@ impl Request<'_> {
                 let deleted = store
                     .transaction(write_options)
                     .delete(id, namespace, name, &preconditions)?;
-                Ok(object_response(StatusCode::OK, &deleted))
+                let finalizing = deleted.value["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|finalizers| !finalizers.is_empty());
+                if finalizing || def.returns_deleted_object {
+                    return self.object_answer(StatusCode::OK, &def, &deleted);
+                }
+                let uid = deleted.value["metadata"]["uid"].as_str().unwrap_or_default();
+                Ok(json_response(
+                    StatusCode::OK,
+                    &crate::status::deleted(&def.group, &def.plural, name, uid),
+                ))
             }
             _ => Err(ApiError::method_not_allowed(format!(
                 "{} is not allowed here",
@@ -383,7 +451,8 @@ impl Request<'_> {
                 &format!("dryRun: Unsupported value: []string{{{unsupported:?}}}: supported values: \"All\""),
             ));
         }
-        let mut options = WriteOptions::default().dry_run(!dry_run.is_empty());
+        let strict = self.query.get("fieldValidation").is_some_and(|level| level == "Strict");
+        let mut options = WriteOptions::default().dry_run(!dry_run.is_empty()).strict(strict);
         if let Some(manager) = self.query.get("fieldManager").filter(|manager| !manager.is_empty()) {
             if manager.len() > 128 {
                 return Err(ApiError::invalid_options(
@@ -443,7 +512,17 @@ impl Request<'_> {
             .is_some_and(|value| value == "true" || value == "1")
     }
 
+    /// The request's body as JSON: read as JSON, or decoded from protobuf
+    /// when its `Content-Type` says so.
     fn json_body(&self) -> Result<Value> {
+        let content_type = self
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        if content_type.split(';').next().map(str::trim) == Some(protobuf::MEDIA_TYPE) {
+            return protobuf::decode(self.body);
+        }
         serde_json::from_slice(self.body)
             .map_err(|error| ApiError::bad_request(format!("the request body is not valid JSON: {error}")))
     }
@@ -477,20 +556,69 @@ impl Request<'_> {
         if self.wants_table() {
             return Ok(table_response(page.resource_version, &page.items));
         }
-        Ok(list_response(
-            def,
-            page.resource_version,
-            page.continue_token.as_deref(),
-            &page.items,
-        ))
+        self.list_answer(def, page.resource_version, page.continue_token.as_deref(), &page.items)
+    }
+
+    /// An object in the form the client asked for: itself, or its metadata
+    /// only. Asking for a list of metadata is 406, as the API server answers.
+    fn object_answer(
+        &self,
+        code: StatusCode,
+        def: &resources::ResourceDef,
+        object: &Arc<StoredObject>,
+    ) -> Result<Response> {
+        let offered = [
+            Representation::PartialObjectMetadata,
+            Representation::PartialObjectMetadataList,
+        ];
+        match self.wants(&offered) {
+            Representation::PartialObjectMetadata => Ok(bytes_response(code, object.partial_metadata_json())),
+            Representation::PartialObjectMetadataList => Err(ApiError::not_acceptable(format!(
+                "you requested PartialObjectMetadataList, but the requested object is not a list (*{})",
+                go_type(def, &def.kind)
+            ))),
+            _ => Ok(bytes_response(code, object.json.clone())),
+        }
+    }
+
+    /// A list in the form the client asked for: the objects, or their metadata
+    /// only. Asking for one object's metadata is 406, as the API server answers.
+    fn list_answer(
+        &self,
+        def: &resources::ResourceDef,
+        rv: u64,
+        continue_token: Option<&str>,
+        items: &[Arc<StoredObject>],
+    ) -> Result<Response> {
+        let offered = [
+            Representation::PartialObjectMetadata,
+            Representation::PartialObjectMetadataList,
+        ];
+        match self.wants(&offered) {
+            Representation::PartialObjectMetadataList => Ok(list_response(
+                "PartialObjectMetadataList",
+                "meta.k8s.io/v1",
+                rv,
+                continue_token,
+                items.iter().map(|item| item.partial_metadata_json()),
+            )),
+            Representation::PartialObjectMetadata => Err(ApiError::not_acceptable(format!(
+                "you requested PartialObjectMetadata, but the requested object is a list (*{})",
+                go_type(def, &def.list_kind())
+            ))),
+            _ => Ok(list_response(
+                &def.list_kind(),
+                &def.api_version(),
+                rv,
+                continue_token,
+                items.iter().map(|item| item.json.clone()),
+            )),
+        }
     }
 
     /// kubectl asks for server-side printed tables.
     fn wants_table(&self) -> bool {
-        self.headers
-            .get(header::ACCEPT)
-            .and_then(|accept| accept.to_str().ok())
-            .is_some_and(|accept| accept.contains("as=Table"))
+        self.wants(&[Representation::Table]) == Representation::Table
     }
 
     fn watch(&self, id: ResourceId, def: Arc<resources::ResourceDef>, filter: Filter) -> Result<Response> {
@@ -521,6 +649,13 @@ impl Request<'_> {
             .get("timeoutSeconds")
             .and_then(|seconds| seconds.parse().ok())
             .map(Duration::from_secs);
+        // Both metadata forms are taken for a watch: its events carry
+        // `PartialObjectMetadata` objects.
+        let offered = [
+            Representation::PartialObjectMetadata,
+            Representation::PartialObjectMetadataList,
+        ];
+        let metadata_only = self.wants(&offered) != Representation::Plain;
         let request = WatchRequest {
             id,
             def,
@@ -528,6 +663,7 @@ impl Request<'_> {
             start,
             bookmarks,
             timeout,
+            metadata_only,
         };
         let chunks = watch::spawn(Arc::clone(self.shared), request);
         let stream = futures::stream::unfold(chunks, |mut chunks| async move {
@@ -590,10 +726,19 @@ fn sim_control(shared: &Shared, method: &Method, path: &str, query: &HashMap<Str
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {
-    bytes_response(
-        status,
-        Bytes::from(serde_json::to_vec(value).expect("a JSON value serializes")),
-    )
+    bytes_response(status, Bytes::from(encoding::to_vec(value)))
+}
+
+/// An aggregated discovery document, labelled as the API server labels it.
+fn aggregated_discovery_response(groups: &[(String, Vec<Value>)]) -> Response {
+    let mut response = json_response(StatusCode::OK, &resources::aggregated_discovery(groups));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(resources::AGGREGATED_DISCOVERY),
+    );
+    headers.insert(header::VARY, HeaderValue::from_static("Accept"));
+    response
 }
 
 fn bytes_response(status: StatusCode, bytes: Bytes) -> Response {
@@ -605,32 +750,49 @@ fn bytes_response(status: StatusCode, bytes: Bytes) -> Response {
     response
 }
 
-fn object_response(status: StatusCode, object: &Arc<StoredObject>) -> Response {
-    bytes_response(status, object.json.clone())
+/// The Go type kube-apiserver names in a 406 for a resource's `kind`: its
+/// internal type (`*core.ConfigMap`, `*apps.DeploymentList`), or an
+/// unstructured one for custom resources.
+fn go_type(def: &resources::ResourceDef, kind: &str) -> String {
+    let package = match def.group.as_str() {
+        "" | "events.k8s.io" => "core",
+        "rbac.authorization.k8s.io" => "rbac",
+        group if group.contains('.') && !group.ends_with(".k8s.io") => {
+            return if kind.ends_with("List") {
+                "unstructured.UnstructuredList".to_owned()
+            } else {
+                "unstructured.Unstructured".to_owned()
+            };
+        }
+        group => group.split('.').next().unwrap_or(group),
+    };
+    format!("{package}.{kind}")
 }
 
-/// A list, assembled from the items' stored bytes without re-serializing them.
+/// A list, assembled from the items' serialized bytes without re-serializing them.
 fn list_response(
-    def: &resources::ResourceDef,
+    kind: &str,
+    api_version: &str,
     rv: u64,
     continue_token: Option<&str>,
-    items: &[Arc<StoredObject>],
+    items: impl ExactSizeIterator<Item = Bytes>,
 ) -> Response {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(token) = continue_token {
         metadata["continue"] = json!(token);
     }
-    let head = json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": metadata});
-    let head = serde_json::to_vec(&head).expect("a JSON value serializes");
-    let size = items.iter().map(|item| item.json.len() + 1).sum::<usize>() + head.len() + 16;
+    let head = encoding::to_vec(&json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}));
+    let items: Vec<Bytes> = items.collect();
+    let size = items.iter().map(|item| item.len() + 1).sum::<usize>() + head.len() + 16;
     let mut buf = BytesMut::with_capacity(size);
+    // The head without its closing brace; the items follow.
     buf.put_slice(&head[..head.len() - 1]);
     buf.put_slice(b",\"items\":[");
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             buf.put_u8(b',');
         }
-        buf.put_slice(&item.json);
+        buf.put_slice(item);
     }
     buf.put_slice(b"]}");
     bytes_response(StatusCode::OK, buf.freeze())

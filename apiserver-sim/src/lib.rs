@@ -1,11 +1,13 @@
 //! An embedded Kubernetes API server emulation, for demos, tests and benchmarks.
 //!
 //! [`ApiServer::start`] serves the Kubernetes REST API over real HTTP on a loopback
-//! port: discovery, get/list/watch/create/update/patch/delete/deletecollection,
+//! port: discovery (legacy and aggregated, `apidiscovery.k8s.io/v2`),
+//! get/list/watch/create/update/patch/delete/deletecollection,
 //! the `status` and `scale` subresources, server-side apply, `dryRun=All`,
 //! label and field selectors, paging with continue tokens, a cluster-wide
 //! `resourceVersion` with a compaction window (older versions answer 410 Gone),
-//! watch bookmarks and streaming lists (`sendInitialEvents`). kube-rs clients and
+//! watch bookmarks and streaming lists (`sendInitialEvents`), and metadata-only
+//! answers (`PartialObjectMetadata`) when the `Accept` header asks for them. kube-rs clients and
 //! `kubectl` talk to it as to a cluster.
 //!
 //! Beside it run the controllers a workload needs ([`SimConfig::controllers`],
@@ -20,6 +22,11 @@
 //! [`Metrics::set_available`] has it down. The usage is in no object: it is a
 //! table beside the store ([`ApiServer::metrics`]), set by the workload, by the
 //! ReplicaSet controller for new pods, and by tests ([`Metrics::set_pod_cpu`]).
+//!
+//! No kubelet runs: pod logs, exec, attach, port-forward and node proxy are
+//! answered as when the kubelet refuses the connection, and
+//! `componentstatuses` reports the scheduler and controller manager
+//! unreachable, as kube-apiserver's probes would.
 //!
 //! [`Faults`] injects what real clusters do to clients: dropped watches, 410s,
 //! 429/500 answers, hung watches and latency. [`workload::Workload`] generates a
@@ -65,13 +72,21 @@
 //! # Ok(()) }
 //! ```
 
+mod access_review;
+mod component_status;
 mod controllers;
+mod defaults;
+mod encoding;
 mod faults;
 mod http;
+mod kubelet_api;
 pub mod metrics;
+mod negotiation;
+mod protobuf;
 pub mod resources;
 pub mod status;
 pub mod store;
+mod token;
 mod watch;
 pub mod workload;
 
@@ -84,7 +99,6 @@ use std::time::Duration;
 
 use axum::serve::ListenerExt as _;
 use serde::Serialize;
-use serde_json::json;
 
 pub use faults::{FaultCounts, Faults};
 pub use metrics::{Metrics, Usage};
@@ -240,8 +254,10 @@ impl std::fmt::Debug for ApiServer {
 }
 
 impl ApiServer {
-    /// Starts serving on `127.0.0.1`, with the built-in resources and the
-    /// `default`, `kube-system` and `kube-public` namespaces.
+    /// Starts serving on `127.0.0.1`, with the built-in resources, the
+    /// `default`, `kube-system` and `kube-public` namespaces, the
+    /// `default/kubernetes` Service and an `APIService` per served group
+    /// version.
     ///
     /// # Errors
     ///
@@ -250,12 +266,7 @@ impl ApiServer {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", config.port)).await?;
         let address = listener.local_addr()?;
         let store = Store::new(resources::built_in(), config.compaction_window);
-        let namespaces = ResourceId::new("", "v1", "namespaces");
-        for namespace in ["default", "kube-system", "kube-public"] {
-            store
-                .create(&namespaces, None, json!({"metadata": {"name": namespace}}))
-                .expect("a fresh store takes the default namespaces");
-        }
+        defaults::create(&store, address.port()).expect("a fresh store takes a fresh cluster's objects");
         // Taken before any workload writes, so the controllers see every change.
         let changes = config.controllers.then(|| {
             store.feed(vec![

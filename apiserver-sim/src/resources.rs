@@ -22,9 +22,76 @@ pub struct ResourceDef {
     pub status_subresource: bool,
     /// Short names for kubectl, e.g. `po`.
     pub short_names: Vec<String>,
+    /// The categories it belongs to, e.g. `all` for what `kubectl get all` lists.
+    pub categories: Vec<String>,
     /// Where the `scale` subresource reads and writes, when it is served.
     pub scale_subresource: Option<ScalePaths>,
+    /// The verbs the resource serves, as discovery lists them.
+    pub verbs: Vec<String>,
+    /// Subresources besides `status` and `scale`, as discovery lists them.
+    pub subresources: Vec<SubresourceDef>,
+    /// Whether `metadata.generation` is kept (1 on creation, one more on each
+    /// change of the spec), as the strategies of workloads, pods and custom
+    /// resources keep it; other resources have none.
+    pub tracks_generation: bool,
+    /// Whether a delete answers the deleted object, as kube-apiserver's
+    /// storage of pods, services and service accounts does; others answer a
+    /// `Status` of success. An object that finalizers keep is answered in
+    /// either case.
+    pub returns_deleted_object: bool,
+    /// The structural schema (a CRD version's `openAPIV3Schema`) that every
+    /// write is pruned to, defaulted by and checked against; none for
+    /// built-in resources, whose fields are taken as written.
+    pub schema: Option<serde_json::Value>,
 }
+
+/// A subresource as discovery lists it: its name, the kind it answers and its verbs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubresourceDef {
+    /// The name after the object's, e.g. `log`.
+    pub name: String,
+    /// The group of the kind it answers; `None` when it is the resource's own.
+    pub group_version: Option<(String, String)>,
+    /// The kind it answers, e.g. `Pod` or `TokenRequest`.
+    pub kind: String,
+    /// Its verbs.
+    pub verbs: Vec<String>,
+}
+
+impl SubresourceDef {
+    /// A subresource answering `kind` of the resource's own group version.
+    #[must_use]
+    pub fn new(name: &str, kind: &str, verbs: &[&str]) -> Self {
+        Self {
+            name: name.to_owned(),
+            group_version: None,
+            kind: kind.to_owned(),
+            verbs: verbs.iter().map(|verb| (*verb).to_owned()).collect(),
+        }
+    }
+
+    /// Answers a kind of another group version.
+    #[must_use]
+    pub fn of(mut self, group: &str, version: &str) -> Self {
+        self.group_version = Some((group.to_owned(), version.to_owned()));
+        self
+    }
+}
+
+/// The verbs of a proxy subresource.
+const PROXY_VERBS: [&str; 5] = ["create", "delete", "get", "patch", "update"];
+
+/// Every verb of a resource stored as objects.
+const ALL_VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 /// Where a resource keeps what its `scale` subresource (an `autoscaling/v1`
 /// `Scale`) reads and writes, as a CRD's `subresources.scale` names them.
@@ -65,7 +132,52 @@ impl ResourceDef {
             namespaced: true,
             status_subresource: false,
             short_names: Vec::new(),
+            categories: Vec::new(),
             scale_subresource: None,
+            verbs: ALL_VERBS.iter().map(|verb| (*verb).to_owned()).collect(),
+            subresources: Vec::new(),
+            tracks_generation: false,
+            returns_deleted_object: false,
+            schema: None,
+        }
+    }
+
+    /// Keeps `metadata.generation`; see [`ResourceDef::tracks_generation`].
+    #[must_use]
+    pub fn with_generation(mut self) -> Self {
+        self.tracks_generation = true;
+        self
+    }
+
+    /// Answers a delete with the deleted object; see
+    /// [`ResourceDef::returns_deleted_object`].
+    #[must_use]
+    pub fn returning_deleted_object(mut self) -> Self {
+        self.returns_deleted_object = true;
+        self
+    }
+
+    /// Serves only these verbs.
+    #[must_use]
+    pub fn verbs(mut self, verbs: &[&str]) -> Self {
+        self.verbs = verbs.iter().map(|verb| (*verb).to_owned()).collect();
+        self
+    }
+
+    /// Serves another subresource.
+    #[must_use]
+    pub fn with_subresource(mut self, subresource: SubresourceDef) -> Self {
+        self.subresources.push(subresource);
+        self
+    }
+
+    /// Whether `name` is a subresource it serves.
+    #[must_use]
+    pub fn serves_subresource(&self, name: &str) -> bool {
+        match name {
+            "status" => self.status_subresource,
+            "scale" => self.scale_subresource.is_some(),
+            _ => self.subresources.iter().any(|subresource| subresource.name == name),
         }
     }
 
@@ -87,6 +199,13 @@ impl ResourceDef {
     #[must_use]
     pub fn with_scale(mut self, paths: ScalePaths) -> Self {
         self.scale_subresource = Some(paths);
+        self
+    }
+
+    /// Puts it in the `all` category, which `kubectl get all` lists.
+    #[must_use]
+    pub fn in_all(mut self) -> Self {
+        self.categories.push("all".to_owned());
         self
     }
 
@@ -113,47 +232,47 @@ impl ResourceDef {
         format!("{}List", self.kind)
     }
 
-    /// The entries of this resource in an `APIResourceList`.
+    /// The entries of this resource in an `APIResourceList`: the resource,
+    /// then its subresources by name. Empty short names are left out, as the
+    /// API server serializes them.
     fn discovery_entries(&self) -> Vec<Value> {
-        let verbs = [
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ];
-        let mut entries = vec![json!({
+        let mut main = json!({
             "name": self.plural,
             "singularName": self.singular,
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": verbs,
-            "shortNames": self.short_names,
-            "storageVersionHash": "",
-        })];
+            "verbs": self.verbs,
+        });
+        if !self.short_names.is_empty() {
+            main["shortNames"] = json!(self.short_names);
+        }
+        if !self.categories.is_empty() {
+            main["categories"] = json!(self.categories);
+        }
+        let mut subresources = self.subresources.clone();
         if self.status_subresource {
-            entries.push(json!({
-                "name": format!("{}/status", self.plural),
-                "singularName": "",
-                "namespaced": self.namespaced,
-                "kind": self.kind,
-                "verbs": ["get", "patch", "update"],
-            }));
+            subresources.push(SubresourceDef::new("status", &self.kind, &["get", "patch", "update"]));
         }
         if self.scale_subresource.is_some() {
-            entries.push(json!({
-                "name": format!("{}/scale", self.plural),
+            subresources
+                .push(SubresourceDef::new("scale", "Scale", &["get", "patch", "update"]).of("autoscaling", "v1"));
+        }
+        subresources.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut entries = vec![main];
+        entries.extend(subresources.iter().map(|subresource| {
+            let mut entry = json!({
+                "name": format!("{}/{}", self.plural, subresource.name),
                 "singularName": "",
                 "namespaced": self.namespaced,
-                "group": "autoscaling",
-                "version": "v1",
-                "kind": "Scale",
-                "verbs": ["get", "patch", "update"],
-            }));
-        }
+                "kind": subresource.kind,
+                "verbs": subresource.verbs,
+            });
+            if let Some((group, version)) = &subresource.group_version {
+                entry["group"] = json!(group);
+                entry["version"] = json!(version);
+            }
+            entry
+        }));
         entries
     }
 }
@@ -162,41 +281,111 @@ impl ResourceDef {
 #[must_use]
 pub fn built_in() -> Vec<ResourceDef> {
     vec![
+        // A namespace is finalized before it goes, so a delete answers it.
         ResourceDef::new("", "v1", "Namespace", "namespaces")
             .cluster_scoped()
             .with_status()
+            .returning_deleted_object()
             .short_names(&["ns"]),
         ResourceDef::new("", "v1", "Node", "nodes")
             .cluster_scoped()
             .with_status()
+            .with_subresource(SubresourceDef::new("proxy", "NodeProxyOptions", &PROXY_VERBS))
             .short_names(&["no"]),
         ResourceDef::new("", "v1", "Pod", "pods")
             .with_status()
+            .in_all()
+            .with_generation()
+            .returning_deleted_object()
+            .with_subresource(SubresourceDef::new("attach", "PodAttachOptions", &["create", "get"]))
+            .with_subresource(SubresourceDef::new(
+                "ephemeralcontainers",
+                "Pod",
+                &["get", "patch", "update"],
+            ))
+            .with_subresource(SubresourceDef::new("eviction", "Eviction", &["create"]).of("policy", "v1"))
+            .with_subresource(SubresourceDef::new("exec", "PodExecOptions", &["create", "get"]))
+            .with_subresource(SubresourceDef::new("log", "Pod", &["get"]))
+            .with_subresource(SubresourceDef::new(
+                "portforward",
+                "PodPortForwardOptions",
+                &["create", "get"],
+            ))
             .short_names(&["po"]),
+        // Stored as written: no controller fills endpoints, binds volumes
+        // or enforces quotas and limits.
+        ResourceDef::new("", "v1", "Endpoints", "endpoints").short_names(&["ep"]),
+        ResourceDef::new("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+            .with_status()
+            .short_names(&["pvc"]),
+        ResourceDef::new("", "v1", "PersistentVolume", "persistentvolumes")
+            .cluster_scoped()
+            .with_status()
+            .short_names(&["pv"]),
+        ResourceDef::new("", "v1", "ResourceQuota", "resourcequotas")
+            .with_status()
+            .short_names(&["quota"]),
+        ResourceDef::new("", "v1", "LimitRange", "limitranges").short_names(&["limits"]),
+        ResourceDef::new("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
+        ResourceDef::new("networking.k8s.io", "v1", "Ingress", "ingresses")
+            .with_status()
+            .with_generation()
+            .short_names(&["ing"]),
+        ResourceDef::new("networking.k8s.io", "v1", "IngressClass", "ingressclasses").cluster_scoped(),
+        ResourceDef::new("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies")
+            .with_generation()
+            .short_names(&["netpol"]),
+        ResourceDef::new("storage.k8s.io", "v1", "StorageClass", "storageclasses")
+            .cluster_scoped()
+            .returning_deleted_object()
+            .short_names(&["sc"]),
+        ResourceDef::new("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses")
+            .cluster_scoped()
+            .short_names(&["pc"]),
+        // Computed on each request from the components' health, not stored.
+        ResourceDef::new("", "v1", "ComponentStatus", "componentstatuses")
+            .cluster_scoped()
+            .verbs(&["get", "list"])
+            .short_names(&["cs"]),
         ResourceDef::new("", "v1", "ConfigMap", "configmaps").short_names(&["cm"]),
         ResourceDef::new("", "v1", "Secret", "secrets"),
         ResourceDef::new("", "v1", "Service", "services")
             .with_status()
+            .in_all()
+            .returning_deleted_object()
             .short_names(&["svc"]),
-        ResourceDef::new("", "v1", "ServiceAccount", "serviceaccounts").short_names(&["sa"]),
+        ResourceDef::new("", "v1", "ServiceAccount", "serviceaccounts")
+            .returning_deleted_object()
+            .with_subresource(
+                SubresourceDef::new("token", "TokenRequest", &["create"]).of("authentication.k8s.io", "v1"),
+            )
+            .short_names(&["sa"]),
         ResourceDef::new("", "v1", "Event", "events").short_names(&["ev"]),
         // A real server keeps one storage behind both Event APIs; here they are
         // two resources.
         ResourceDef::new("events.k8s.io", "v1", "Event", "events").short_names(&["ev"]),
         ResourceDef::new("apps", "v1", "Deployment", "deployments")
             .with_status()
+            .in_all()
+            .with_generation()
             .with_scale(ScalePaths::replicas())
             .short_names(&["deploy"]),
         ResourceDef::new("apps", "v1", "ReplicaSet", "replicasets")
             .with_status()
+            .in_all()
+            .with_generation()
             .with_scale(ScalePaths::replicas())
             .short_names(&["rs"]),
         ResourceDef::new("apps", "v1", "StatefulSet", "statefulsets")
             .with_status()
+            .in_all()
+            .with_generation()
             .with_scale(ScalePaths::replicas())
             .short_names(&["sts"]),
         ResourceDef::new("apps", "v1", "DaemonSet", "daemonsets")
             .with_status()
+            .in_all()
+            .with_generation()
             .short_names(&["ds"]),
         ResourceDef::new(
             "autoscaling",
@@ -205,8 +394,59 @@ pub fn built_in() -> Vec<ResourceDef> {
             "horizontalpodautoscalers",
         )
         .with_status()
+        .in_all()
+        .with_generation()
         .short_names(&["hpa"]),
+        // Reviews are answered, not stored: `create` only.
+        ResourceDef::new("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews")
+            .cluster_scoped()
+            .verbs(&["create"]),
+        ResourceDef::new(
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+        )
+        .cluster_scoped()
+        .verbs(&["create"]),
+        ResourceDef::new("batch", "v1", "Job", "jobs")
+            .with_status()
+            .in_all()
+            .with_generation(),
+        ResourceDef::new("batch", "v1", "CronJob", "cronjobs")
+            .with_status()
+            .in_all()
+            .with_generation()
+            .short_names(&["cj"]),
         ResourceDef::new("coordination.k8s.io", "v1", "Lease", "leases"),
+        // Stored as written: the emulation authorizes every request.
+        ResourceDef::new("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+        ResourceDef::new("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
+        ResourceDef::new("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles").cluster_scoped(),
+        ResourceDef::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+        )
+        .cluster_scoped(),
+        ResourceDef::new(
+            "certificates.k8s.io",
+            "v1",
+            "CertificateSigningRequest",
+            "certificatesigningrequests",
+        )
+        .cluster_scoped()
+        .with_status()
+        .with_subresource(SubresourceDef::new(
+            "approval",
+            "CertificateSigningRequest",
+            &["get", "patch", "update"],
+        ))
+        .short_names(&["csr"]),
+        ResourceDef::new("apiregistration.k8s.io", "v1", "APIService", "apiservices")
+            .cluster_scoped()
+            .with_status(),
         ResourceDef::new(
             "apiextensions.k8s.io",
             "v1",
@@ -215,6 +455,9 @@ pub fn built_in() -> Vec<ResourceDef> {
         )
         .cluster_scoped()
         .with_status()
+        .with_generation()
+        // Its cleanup finalizer keeps it while its objects go.
+        .returning_deleted_object()
         .short_names(&["crd", "crds"]),
     ]
 }
@@ -240,6 +483,18 @@ pub(crate) mod ids {
     }
     pub(crate) fn replicasets() -> ResourceId {
         ResourceId::new("apps", "v1", "replicasets")
+    }
+    pub(crate) fn apiservices() -> ResourceId {
+        ResourceId::new("apiregistration.k8s.io", "v1", "apiservices")
+    }
+    pub(crate) fn services() -> ResourceId {
+        ResourceId::new("", "v1", "services")
+    }
+    pub(crate) fn nodes() -> ResourceId {
+        ResourceId::new("", "v1", "nodes")
+    }
+    pub(crate) fn serviceaccounts() -> ResourceId {
+        ResourceId::new("", "v1", "serviceaccounts")
     }
     pub(crate) fn hpas() -> ResourceId {
         ResourceId::new("autoscaling", "v2", "horizontalpodautoscalers")
@@ -291,6 +546,89 @@ pub fn group_list<'a>(defs: impl Iterator<Item = &'a ResourceDef>) -> Value {
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// The media type of an aggregated discovery document, as the API server
+/// labels it in `Content-Type`.
+pub const AGGREGATED_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// `/api` or `/apis` in aggregated form, an `apidiscovery.k8s.io/v2`
+/// `APIGroupDiscoveryList`: each group (`""` for the core group) with the
+/// `APIResourceList` of each of its versions, preferred first. The content
+/// is read from those legacy documents, so both forms say the same.
+#[must_use]
+pub fn aggregated_discovery(groups: &[(String, Vec<Value>)]) -> Value {
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|(group, lists)| {
+            let metadata = if group.is_empty() {
+                json!({})
+            } else {
+                json!({"name": group})
+            };
+            let versions: Vec<Value> = lists.iter().map(aggregated_version).collect();
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// One version of an aggregated discovery document, from its `APIResourceList`:
+/// each resource with its subresources folded in, ordered by name.
+fn aggregated_version(list: &Value) -> Value {
+    let group_version = list["groupVersion"].as_str().unwrap_or_default();
+    let (group, version) = group_version.split_once('/').unwrap_or(("", group_version));
+    let entries = list["resources"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let kind_of = |entry: &Value| {
+        json!({
+            "group": entry["group"].as_str().unwrap_or(group),
+            "version": entry["version"].as_str().unwrap_or(version),
+            "kind": entry["kind"],
+        })
+    };
+    let mut resources: Vec<Value> = entries
+        .iter()
+        .filter_map(|entry| {
+            let name = entry["name"].as_str().filter(|name| !name.contains('/'))?;
+            let scope = if entry["namespaced"].as_bool() == Some(true) {
+                "Namespaced"
+            } else {
+                "Cluster"
+            };
+            let mut resource = json!({
+                "resource": name,
+                "responseKind": kind_of(entry),
+                "scope": scope,
+                "singularResource": entry["singularName"],
+                "verbs": entry["verbs"],
+            });
+            if entry["shortNames"].as_array().is_some_and(|names| !names.is_empty()) {
+                resource["shortNames"] = entry["shortNames"].clone();
+            }
+            if entry["categories"].as_array().is_some_and(|names| !names.is_empty()) {
+                resource["categories"] = entry["categories"].clone();
+            }
+            let prefix = format!("{name}/");
+            let subresources: Vec<Value> = entries
+                .iter()
+                .filter_map(|sub| {
+                    let subresource = sub["name"].as_str()?.strip_prefix(&prefix)?;
+                    Some(json!({"subresource": subresource, "responseKind": kind_of(sub), "verbs": sub["verbs"]}))
+                })
+                .collect();
+            if !subresources.is_empty() {
+                resource["subresources"] = json!(subresources);
+            }
+            Some(resource)
+        })
+        .collect();
+    resources.sort_by(|a, b| a["resource"].as_str().cmp(&b["resource"].as_str()));
+    json!({"version": version, "resources": resources, "freshness": "Current"})
 }
 
 /// `/version`.

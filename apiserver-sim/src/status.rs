@@ -1,6 +1,10 @@
-//! Kubernetes `Status` errors: the code, reason and message a real server answers.
+//! Kubernetes `Status` answers: the code, reason and message of an error a real server answers, and the success of a delete.
 
 use serde_json::{Value, json};
+
+/// The user every client is taken to be: the emulation authenticates no
+/// one, and names this service account where kube-apiserver names the user.
+pub const USER: &str = "system:serviceaccount:kinformer:kinformer";
 
 /// A failed request, answered as a `Status` object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -12,8 +16,87 @@ pub struct ApiError {
     pub reason: &'static str,
     /// The human-readable message.
     pub message: String,
-    /// `details.name`, `details.kind` (the plural) and `details.group`, when known.
-    pub details: Option<(String, String, String)>,
+    /// What the error is about, when known.
+    pub details: Option<Box<Details>>,
+}
+
+/// The `details` of a failure: the object it is about and, for an invalid
+/// one, the fields that make it so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Details {
+    /// `details.name`.
+    pub name: String,
+    /// `details.kind`: the plural, or the kind of an invalid object.
+    pub kind: String,
+    /// `details.group`.
+    pub group: String,
+    /// `details.causes`.
+    pub causes: Vec<FieldError>,
+}
+
+/// One field that makes an object invalid, as kube-apiserver's field
+/// validation reports it: `spec.size: Invalid value: 0: must be positive`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The cause's reason, e.g. `FieldValueInvalid`, `FieldValueRequired`.
+    pub reason: &'static str,
+    /// The path of the field, e.g. `spec.size`.
+    pub field: String,
+    /// What is wrong, without the path, e.g. `Invalid value: 0: must be positive`.
+    pub message: String,
+}
+
+impl FieldError {
+    /// `Required value`, with what is required when `detail` says.
+    #[must_use]
+    pub fn required(field: &str, detail: &str) -> Self {
+        let message = if detail.is_empty() {
+            "Required value".to_owned()
+        } else {
+            format!("Required value: {detail}")
+        };
+        Self::with("FieldValueRequired", field, message)
+    }
+
+    /// `Invalid value: <value>: <detail>`; `value` as Go prints it (`"text"`, `3`).
+    #[must_use]
+    pub fn invalid(field: &str, value: &str, detail: &str) -> Self {
+        Self::with("FieldValueInvalid", field, format!("Invalid value: {value}: {detail}"))
+    }
+
+    /// `Invalid value` of the wrong type: `Invalid value: "string": <detail>`.
+    #[must_use]
+    pub fn type_invalid(field: &str, value: &str, detail: &str) -> Self {
+        Self::with(
+            "FieldValueTypeInvalid",
+            field,
+            format!("Invalid value: {value}: {detail}"),
+        )
+    }
+
+    /// `Unsupported value: <value>: supported values: <supported>`.
+    #[must_use]
+    pub fn not_supported(field: &str, value: &str, supported: &[String]) -> Self {
+        Self::with(
+            "FieldValueNotSupported",
+            field,
+            format!("Unsupported value: {value}: supported values: {}", supported.join(", ")),
+        )
+    }
+
+    fn with(reason: &'static str, field: &str, message: String) -> Self {
+        Self {
+            reason,
+            field: field.to_owned(),
+            message,
+        }
+    }
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
 }
 
 impl ApiError {
@@ -27,7 +110,12 @@ impl ApiError {
     }
 
     fn about(mut self, group: &str, plural: &str, name: &str) -> Self {
-        self.details = Some((name.to_owned(), plural.to_owned(), group.to_owned()));
+        self.details = Some(Box::new(Details {
+            name: name.to_owned(),
+            kind: plural.to_owned(),
+            group: group.to_owned(),
+            causes: Vec::new(),
+        }));
         self
     }
 
@@ -83,15 +171,35 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
-    /// 422: the object is invalid.
+    /// 422: the object `name` of `kind` in `group` is invalid for one reason,
+    /// said whole (`metadata.name: Required value`).
     #[must_use]
-    pub fn invalid(group: &str, plural: &str, name: &str, why: &str) -> Self {
+    pub fn invalid(group: &str, kind: &str, name: &str, why: &str) -> Self {
         Self::new(
             422,
             "Invalid",
-            format!("{} \"{name}\" is invalid: {why}", qualified(group, plural)),
+            format!("{} \"{name}\" is invalid: {why}", qualified_kind(group, kind)),
         )
-        .about(group, plural, name)
+        .about(group, kind, name)
+    }
+
+    /// 422: the object `name` of `kind` in `group` is invalid in these fields,
+    /// as kube-apiserver words it: one error as it is, several in brackets,
+    /// each a cause in the details.
+    #[must_use]
+    pub fn invalid_fields(group: &str, kind: &str, name: &str, errors: Vec<FieldError>) -> Self {
+        let why = match &errors[..] {
+            [one] => one.to_string(),
+            many => format!(
+                "[{}]",
+                many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        let mut error = Self::invalid(group, kind, name, &why);
+        if let Some(details) = &mut error.details {
+            details.causes = errors;
+        }
+        error
     }
 
     /// 422: the request's options are invalid, as `CreateOptions`,
@@ -146,6 +254,12 @@ impl ApiError {
         .about(group, plural, "")
     }
 
+    /// 406: the answer cannot be given in the form the client accepts.
+    #[must_use]
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+
     /// 415: the patch type is not supported.
     #[must_use]
     pub fn unsupported_media_type(content_type: &str) -> Self {
@@ -154,6 +268,19 @@ impl ApiError {
             "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+            ),
+        )
+    }
+
+    /// 415: a request body in a media type (or of a kind in that media type)
+    /// the emulation does not read.
+    #[must_use]
+    pub fn unsupported_body(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects, TokenRequests, Evictions and reviews) (got {content_type})"
             ),
         )
     }
@@ -180,7 +307,7 @@ impl ApiError {
             403,
             "Forbidden",
             format!(
-                "{resource} is forbidden: User \"system:serviceaccount:kinformer:kinformer\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
+                "{resource} is forbidden: User \"{USER}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
             ),
         )
     }
@@ -189,6 +316,13 @@ impl ApiError {
     #[must_use]
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
+    }
+
+    /// 500 without a reason, as kube-apiserver answers an error that is no
+    /// API status, such as failing to reach a kubelet.
+    #[must_use]
+    pub fn unreachable(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
     }
 
     /// 504: a resourceVersion newer than the server has.
@@ -222,17 +356,52 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
-        if let Some((name, kind, group)) = &self.details {
+        if self.reason.is_empty() {
+            // An unknown reason is left out, as the API server serializes it.
+            if let Some(status) = status.as_object_mut() {
+                status.remove("reason");
+            }
+        }
+        if let Some(details) = &self.details {
             // Empty fields are left out, as the API server serializes them.
-            let details: serde_json::Map<String, Value> = [("name", name), ("group", group), ("kind", kind)]
-                .into_iter()
-                .filter(|(_, value)| !value.is_empty())
-                .map(|(field, value)| (field.to_owned(), json!(value)))
-                .collect();
-            status["details"] = Value::Object(details);
+            let mut fields: serde_json::Map<String, Value> = [
+                ("name", &details.name),
+                ("group", &details.group),
+                ("kind", &details.kind),
+            ]
+            .into_iter()
+            .filter(|(_, value)| !value.is_empty())
+            .map(|(field, value)| (field.to_owned(), json!(value)))
+            .collect();
+            if !details.causes.is_empty() {
+                let causes: Vec<Value> = details
+                    .causes
+                    .iter()
+                    .map(|cause| json!({"reason": cause.reason, "message": cause.message, "field": cause.field}))
+                    .collect();
+                fields.insert("causes".into(), json!(causes));
+            }
+            status["details"] = Value::Object(fields);
         }
         status
     }
+}
+
+/// The `Status` of success a delete answers for a resource whose storage
+/// does not answer the deleted object: the object's name, group, resource
+/// (as `kind`) and uid.
+#[must_use]
+pub fn deleted(group: &str, plural: &str, name: &str, uid: &str) -> Value {
+    let mut details = json!({"name": name, "kind": plural, "uid": uid});
+    if !group.is_empty() {
+        details["group"] = json!(group);
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+}
+
+/// `ConfigMap` or `Deployment.apps`, as the API server names a kind in messages.
+fn qualified_kind(group: &str, kind: &str) -> String {
+    qualified(group, kind)
 }
 
 /// `pods` or `deployments.apps`, as the API server names resources in messages.

@@ -45,6 +45,8 @@ pub(crate) struct WatchRequest {
     pub(crate) start: Start,
     pub(crate) bookmarks: bool,
     pub(crate) timeout: Option<Duration>,
+    /// Events carry `PartialObjectMetadata` objects, bookmarks included.
+    pub(crate) metadata_only: bool,
 }
 
 /// Starts the watch; its response body is the receiver's chunks.
@@ -84,13 +86,13 @@ async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
             for chunk in objects.chunks(BATCH) {
                 let mut buf = BytesMut::new();
                 for object in chunk {
-                    write_event(&mut buf, EventType::Added, object);
+                    write_event(&mut buf, EventType::Added, object, request.metadata_only);
                 }
                 if tx.send(buf.freeze()).await.is_err() {
                     return;
                 }
             }
-            if end_bookmark && tx.send(bookmark(&request.def, rv, true)).await.is_err() {
+            if end_bookmark && tx.send(bookmark(&request, rv, true)).await.is_err() {
                 return;
             }
             rv
@@ -114,7 +116,7 @@ async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
                     }
                     Ok((events, _)) => {
                         position = events.last().map_or(position, |event| event.resource_version);
-                        let chunk = encode(&events, &request.filter);
+                        let chunk = encode(&events, &request.filter, request.metadata_only);
                         if !chunk.is_empty() && tx.send(chunk).await.is_err() {
                             return;
                         }
@@ -136,7 +138,7 @@ async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
             () = timeout => return,
             () = tx.closed() => return,
             _ = bookmark_timer.tick(), if request.bookmarks => {
-                if !*hanging.borrow() && tx.send(bookmark(&request.def, current, false)).await.is_err() {
+                if !*hanging.borrow() && tx.send(bookmark(&request, current, false)).await.is_err() {
                     return;
                 }
             }
@@ -146,7 +148,7 @@ async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
 
 /// The events as this watch's filter sees them: an object that starts matching is
 /// `ADDED`, one that stops matching is `DELETED`.
-fn encode(events: &[Arc<Event>], filter: &Filter) -> Bytes {
+fn encode(events: &[Arc<Event>], filter: &Filter, metadata_only: bool) -> Bytes {
     let mut buf = BytesMut::new();
     for event in events {
         let now = filter.matches(&event.object);
@@ -162,40 +164,50 @@ fn encode(events: &[Arc<Event>], filter: &Filter) -> Bytes {
             (EventType::Deleted, before, now) if before || now => EventType::Deleted,
             _ => continue,
         };
-        write_event(&mut buf, seen_as, &event.object);
+        write_event(&mut buf, seen_as, &event.object, metadata_only);
     }
     buf.freeze()
 }
 
-fn write_event(buf: &mut BytesMut, event_type: EventType, object: &StoredObject) {
-    buf.reserve(object.json.len() + 32);
+fn write_event(buf: &mut BytesMut, event_type: EventType, object: &StoredObject, metadata_only: bool) {
+    let json = if metadata_only {
+        object.partial_metadata_json()
+    } else {
+        object.json.clone()
+    };
+    buf.reserve(json.len() + 32);
     buf.put_slice(b"{\"type\":\"");
     buf.put_slice(event_type.as_str().as_bytes());
     buf.put_slice(b"\",\"object\":");
-    buf.put_slice(&object.json);
+    buf.put_slice(&json);
     buf.put_slice(b"}\n");
 }
 
-/// A `BOOKMARK` event at `rv`.
-fn bookmark(def: &ResourceDef, rv: u64, initial_events_end: bool) -> Bytes {
+/// A `BOOKMARK` event at `rv`, of the watched kind or, for a metadata-only
+/// watch, a `PartialObjectMetadata`.
+fn bookmark(request: &WatchRequest, rv: u64, initial_events_end: bool) -> Bytes {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    let event = json!({
-        "type": "BOOKMARK",
-        "object": {"kind": def.kind, "apiVersion": def.api_version(), "metadata": metadata},
-    });
-    line(&event)
+    let (kind, api_version) = if request.metadata_only {
+        ("PartialObjectMetadata".to_owned(), "meta.k8s.io/v1".to_owned())
+    } else {
+        (request.def.kind.clone(), request.def.api_version())
+    };
+    let object = json!({"kind": kind, "apiVersion": api_version, "metadata": metadata});
+    line("BOOKMARK", &object)
 }
 
 /// An `ERROR` event carrying the error's `Status`.
 pub(crate) fn error_event(error: &ApiError) -> Bytes {
-    line(&json!({"type": "ERROR", "object": error.to_status()}))
+    line("ERROR", &error.to_status())
 }
 
-fn line(value: &serde_json::Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(value).expect("a JSON value serializes");
-    bytes.push(b'\n');
+/// One event's line: its type, then its object.
+fn line(event_type: &str, object: &serde_json::Value) -> Bytes {
+    let mut bytes = format!("{{\"type\":\"{event_type}\",\"object\":").into_bytes();
+    bytes.extend(crate::encoding::to_vec(object));
+    bytes.extend(b"}\n");
     Bytes::from(bytes)
 }

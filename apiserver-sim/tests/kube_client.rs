@@ -183,7 +183,7 @@ async fn paged_lists_are_consistent_and_expire_after_compaction() {
 
 #[tokio::test]
 async fn a_watcher_sees_every_change_in_order() {
-    let (_server, client) = start(SimConfig::default()).await;
+    let (server, client) = start(SimConfig::default()).await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
     // The initial (empty) list completes first.
@@ -213,13 +213,11 @@ async fn a_watcher_sees_every_change_in_order() {
             .unwrap();
         expected.push(("apply", cm.name_any(), patched.resource_version().unwrap()));
         if i % 5 == 0 {
-            let gone = api
-                .delete(&cm.name_any(), &DeleteParams::default())
-                .await
-                .unwrap()
-                .left()
-                .unwrap();
-            expected.push(("delete", cm.name_any(), gone.resource_version().unwrap()));
+            let answer = api.delete(&cm.name_any(), &DeleteParams::default()).await.unwrap();
+            assert!(answer.is_right(), "a ConfigMap's delete answers a Status of success");
+            // The deletion's resourceVersion: nothing else writes meanwhile.
+            let deleted_at = server.store().resource_version().to_string();
+            expected.push(("delete", cm.name_any(), deleted_at));
         }
     }
     let mut seen = Vec::new();

@@ -178,7 +178,7 @@ fn one(request: &Request<'_>, object: Value) -> Value {
 }
 
 /// `/apis/metrics.k8s.io/v1beta1`.
-fn resource_list() -> Value {
+pub(crate) fn resource_list() -> Value {
     let resource = |name: &str, namespaced: bool, kind: &str| json!({"name": name, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": ["get", "list"]});
     json!({
         "kind": "APIResourceList",

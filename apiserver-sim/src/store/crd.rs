@@ -30,7 +30,7 @@ fn defs(crd: &Value) -> Vec<ResourceDef> {
         .iter()
         .filter(|version| version["served"].as_bool().unwrap_or(true))
         .filter_map(|version| {
-            let mut def = ResourceDef::new(group, version["name"].as_str()?, kind, plural);
+            let mut def = ResourceDef::new(group, version["name"].as_str()?, kind, plural).with_generation();
             def.namespaced = spec["scope"].as_str() != Some("Cluster");
             def.status_subresource = version["subresources"].get("status").is_some();
             let scale = &version["subresources"]["scale"];
@@ -43,9 +43,15 @@ fn defs(crd: &Value) -> Vec<ResourceDef> {
                     label_selector: scale["labelSelectorPath"].as_str().map(str::to_owned),
                 });
             }
+            let schema = &version["schema"]["openAPIV3Schema"];
+            def.schema = schema.is_object().then(|| schema.clone());
             if let Some(singular) = names["singular"].as_str() {
                 def.singular = singular.to_owned();
             }
+            def.categories = names["categories"]
+                .as_array()
+                .map(|names| names.iter().filter_map(|n| Some(n.as_str()?.to_owned())).collect())
+                .unwrap_or_default();
             def.short_names = names["shortNames"]
                 .as_array()
                 .map(|names| names.iter().filter_map(|n| Some(n.as_str()?.to_owned())).collect())

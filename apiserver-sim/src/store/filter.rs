@@ -32,8 +32,8 @@ impl Filter {
             } else {
                 return Err(ApiError::bad_request(format!("invalid field selector: {term:?}")));
             };
-            let supported = matches!(field, "metadata.name" | "metadata.namespace")
-                || (kind == "Pod" && matches!(field, "spec.nodeName" | "status.phase"));
+            let supported =
+                matches!(field, "metadata.name" | "metadata.namespace") || selectable(kind).contains(&field);
             if !supported {
                 return Err(ApiError::bad_request(format!("field label not supported: {field}")));
             }
@@ -50,13 +50,70 @@ impl Filter {
             .is_none_or(|namespace| object.namespace.as_deref() == Some(namespace))
             && self.labels.matches(&object.labels)
             && self.fields.iter().all(|(field, equal, value)| {
-                let actual = field
+                // A field's value as the API server sets it for selectors:
+                // strings as they are, booleans and counts spelled out, and
+                // the zero value of its type when unset.
+                let unset = match field.as_str() {
+                    "spec.unschedulable" | "spec.hostNetwork" => "false",
+                    "status.replicas" | "status.successful" => "0",
+                    _ => "",
+                };
+                // An Event's `source` is its source's component.
+                let path = if field == "source" { "source.component" } else { field };
+                let actual = match path
                     .split('.')
                     .try_fold(&object.value, |value, segment| value.get(segment))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                (actual == value) == *equal
+                {
+                    Some(Value::String(actual)) => actual.clone(),
+                    Some(Value::Bool(flag)) => flag.to_string(),
+                    Some(Value::Number(number)) => number.to_string(),
+                    _ => unset.to_owned(),
+                };
+                (actual == *value) == *equal
             })
+    }
+}
+
+/// The fields besides `metadata.name` and `metadata.namespace` that
+/// kube-apiserver selects a kind's objects by (its field label conversions).
+fn selectable(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "Pod" => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        "Node" => &["spec.unschedulable"],
+        "Namespace" => &["status.phase"],
+        "Secret" => &["type"],
+        "Service" => &["spec.clusterIP", "spec.type"],
+        "ReplicaSet" => &["status.replicas"],
+        "Job" => &["status.successful"],
+        "CertificateSigningRequest" => &["spec.signerName"],
+        "Event" => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "reportingController",
+        ],
+        _ => &[],
     }
 }
 

@@ -295,10 +295,14 @@ fn ownable(def: &ResourceDef, object: &Value, part: Part) -> Value {
             }
             ownable
         }
-        Part::Status => match object.get("status") {
-            Some(status) => json!({"status": status}),
-            None => json!({}),
-        },
+        Part::Status | Part::Approval | Part::EphemeralContainers => {
+            let path: Vec<String> = part.fields().iter().map(|field| (*field).to_owned()).collect();
+            let mut ownable = json!({});
+            if let Some(value) = field_path::get(object, &path) {
+                field_path::set(&mut ownable, &path, value.clone());
+            }
+            ownable
+        }
         Part::Scale => {
             let mut ownable = json!({});
             if let Some(paths) = &def.scale_subresource {
@@ -374,7 +378,7 @@ pub(super) fn apply(
     let mut next = live.cloned().unwrap_or_else(|| json!({}));
     let patch = match part {
         Part::Main => applied.clone(),
-        Part::Status | Part::Scale => applied_fields,
+        Part::Status | Part::Scale | Part::Approval | Part::EphemeralContainers => applied_fields,
     };
     json_patch::merge(&mut next, &patch);
     let merged_fields = ownable(def, &next, part);

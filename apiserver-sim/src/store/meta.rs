@@ -6,22 +6,33 @@ use k8s_openapi::jiff::Timestamp;
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
 
-/// A DNS subdomain: at most 253 lowercase alphanumerics, `-` and `.`.
+/// A DNS subdomain: at most 253 lowercase alphanumerics, `-` and `.`. An
+/// APIService is named `version.group`, `v1.` for the core group.
 pub(super) fn check_name(def: &ResourceDef, name: &str) -> Result<()> {
-    let valid = name.len() <= 253
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let subdomain = |name: &str| {
+        name.len() <= 253
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    let valid = match name.split_once('.') {
+        Some((version, group)) if def.kind == "APIService" && def.group == "apiregistration.k8s.io" => {
+            subdomain(version) && (group.is_empty() || subdomain(group))
+        }
+        _ => subdomain(name),
+    };
     if valid {
         Ok(())
     } else {
         Err(ApiError::invalid(
             &def.group,
-            &def.plural,
+            &def.kind,
             name,
-            "metadata.name: Invalid value: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            &format!(
+                "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            ),
         ))
     }
 }
@@ -52,8 +63,17 @@ pub(super) fn random_suffix() -> String {
 /// The current time as Kubernetes writes timestamps: `2026-01-02T03:04:05Z`.
 #[must_use]
 pub fn now_rfc3339() -> String {
+    rfc3339_in(0)
+}
+
+/// The time `seconds` from now, as Kubernetes writes timestamps.
+#[must_use]
+pub fn rfc3339_in(seconds: i64) -> String {
+    let time = Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(seconds))
+        .unwrap_or(Timestamp::MAX);
     // `metav1.Time` serializes as the API server does: UTC, whole seconds, `Z`.
-    let time = serde_json::to_value(Time(Timestamp::now())).expect("metav1.Time serializes");
+    let time = serde_json::to_value(Time(time)).expect("metav1.Time serializes");
     time.as_str().expect("metav1.Time serializes as a string").to_owned()
 }
 

@@ -14,7 +14,7 @@
 //! The verbs are in `write` and `delete`, list queries in `list` (with `filter`
 //! for selectors and `continue_token` for paging), field ownership and
 //! server-side apply in `managed_fields`, the `scale` subresource in `scale`,
-//! CustomResourceDefinitions in `crd`, server-set names, uids and timestamps in
+//! CustomResourceDefinitions in `crd` (and their schemas in `schema`), server-set names, uids and timestamps in
 //! `meta`, and paths to fields in `field_path`.
 
 mod continue_token;
@@ -26,6 +26,7 @@ mod list;
 mod managed_fields;
 mod meta;
 mod scale;
+mod schema;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -38,8 +39,8 @@ use tokio::sync::{mpsc, watch};
 pub use delete::Preconditions;
 pub use filter::Filter;
 pub use list::{ListOptions, ListPage};
-pub use meta::now_rfc3339;
-pub use write::{PatchType, WriteOptions};
+pub use meta::{now_rfc3339, rfc3339_in};
+pub use write::{Part, PatchType, WriteOptions};
 
 use crate::metrics::Metrics;
 use crate::resources::ResourceDef;
@@ -61,7 +62,8 @@ pub struct StoredObject {
     pub resource_version: u64,
     /// The object.
     pub value: Value,
-    /// The object serialized as JSON, as list and watch responses carry it.
+    /// The object serialized as JSON in kube-apiserver's field order, as get,
+    /// list and watch responses carry it.
     pub json: Bytes,
     /// The uid of the owner that controls it (the `ownerReferences` entry with
     /// `controller: true`), as the store indexes it.
@@ -87,7 +89,7 @@ impl StoredObject {
             .and_then(|owners| owners.iter().find(|owner| owner["controller"].as_bool() == Some(true)))
             .and_then(|owner| owner["uid"].as_str())
             .map(str::to_owned);
-        let json = Bytes::from(serde_json::to_vec(&value).expect("a JSON value serializes"));
+        let json = Bytes::from(crate::encoding::to_vec(&value));
         Self {
             key: object_key(namespace.as_deref(), &name),
             namespace,
@@ -98,6 +100,20 @@ impl StoredObject {
             json,
             controller_uid,
         }
+    }
+}
+
+impl StoredObject {
+    /// The object's metadata as a `meta.k8s.io/v1` `PartialObjectMetadata`, as
+    /// the API server answers a client that asks for metadata only.
+    #[must_use]
+    pub fn partial_metadata_json(&self) -> Bytes {
+        let partial = json!({
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": self.value["metadata"],
+        });
+        Bytes::from(crate::encoding::to_vec(&partial))
     }
 }
 

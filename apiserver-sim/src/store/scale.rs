@@ -157,7 +157,7 @@ fn replicas(name: &str, scale: &Value) -> Result<i64> {
         let scale = scale_def();
         ApiError::invalid(
             &scale.group,
-            &scale.plural,
+            &scale.kind,
             name,
             &format!("spec.replicas: Invalid value: {replicas}: {why}"),
         )

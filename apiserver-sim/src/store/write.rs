@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use super::meta::{check_name, new_uid, now_rfc3339, random_suffix};
 use super::{
-    EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, existing, lookup, managed_fields,
-    object_key,
+    EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, existing, field_path, lookup,
+    managed_fields, object_key, schema,
 };
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
@@ -62,6 +62,9 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `force`: an apply takes the fields it conflicts on from their managers.
     pub force: bool,
+    /// `fieldValidation=Strict`: a field that a custom resource's schema
+    /// does not declare is a 400 instead of being dropped.
+    pub strict: bool,
 }
 
 impl WriteOptions {
@@ -85,26 +88,53 @@ impl WriteOptions {
         self.force = force;
         self
     }
+
+    /// Sets [`WriteOptions::strict`].
+    #[must_use]
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
 }
 
 /// Which part of an object a write addresses: the object, or a subresource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Part {
+pub enum Part {
     /// The object; its status stays as it is when the status subresource is served.
     Main,
     /// The `status` subresource: only the status changes.
     Status,
     /// The `scale` subresource: only the desired replicas change.
     Scale,
+    /// The `approval` subresource of a CertificateSigningRequest: only
+    /// `status.conditions` (`Approved`, `Denied`) change.
+    Approval,
+    /// The `ephemeralcontainers` subresource of a Pod: only
+    /// `spec.ephemeralContainers` changes.
+    EphemeralContainers,
 }
 
 impl Part {
-    /// The subresource's name, as `managedFields` entries record it.
-    pub(super) fn subresource(self) -> Option<&'static str> {
+    /// The subresource's name, as paths and `managedFields` entries name it.
+    #[must_use]
+    pub fn subresource(self) -> Option<&'static str> {
         match self {
             Self::Main => None,
             Self::Status => Some("status"),
             Self::Scale => Some("scale"),
+            Self::Approval => Some("approval"),
+            Self::EphemeralContainers => Some("ephemeralcontainers"),
+        }
+    }
+
+    /// The fields of an object that a write to this part replaces, as paths
+    /// of object keys; empty for the object itself and `scale`.
+    pub(super) fn fields(self) -> &'static [&'static str] {
+        match self {
+            Self::Main | Self::Scale => &[],
+            Self::Status => &["status"],
+            Self::Approval => &["status", "conditions"],
+            Self::EphemeralContainers => &["spec", "ephemeralContainers"],
         }
     }
 
@@ -215,7 +245,7 @@ impl Transaction<'_> {
                 _ => {
                     return Err(ApiError::invalid(
                         &def.group,
-                        &def.plural,
+                        &def.kind,
                         "",
                         "metadata.name: Required value: name or generateName is required",
                     ));
@@ -234,7 +264,11 @@ impl Transaction<'_> {
         };
         metadata.insert("uid".into(), json!(new_uid()));
         metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
-        metadata.insert("generation".into(), json!(1));
+        if def.tracks_generation {
+            metadata.insert("generation".into(), json!(1));
+        } else {
+            metadata.remove("generation");
+        }
         metadata.remove("deletionTimestamp");
         metadata.remove("deletionGracePeriodSeconds");
         if def.status_subresource {
@@ -244,6 +278,7 @@ impl Transaction<'_> {
         if def.kind == "CustomResourceDefinition" {
             crd::establish(&mut body);
         }
+        self.admit(&def, &name, &mut body)?;
         match ownership {
             Ownership::Record => {
                 if let Some(manager) = self.options.field_manager.clone() {
@@ -272,7 +307,23 @@ impl Transaction<'_> {
         body: Value,
         status: bool,
     ) -> Result<Arc<StoredObject>> {
-        self.write(id, namespace, name, body, Part::of_status(status), Ownership::Record)
+        self.update_part(id, namespace, name, body, Part::of_status(status))
+    }
+
+    /// Replaces a part of an object: the object, or what a subresource writes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::update`], and 404 for a subresource the resource does not serve.
+    pub fn update_part(
+        &mut self,
+        id: &ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        body: Value,
+        part: Part,
+    ) -> Result<Arc<StoredObject>> {
+        self.write(id, namespace, name, body, part, Ownership::Record)
     }
 
     /// Patches an object or its status; see [`Store::patch`]. An apply patch
@@ -291,7 +342,24 @@ impl Transaction<'_> {
         patch: Value,
         status: bool,
     ) -> Result<Arc<StoredObject>> {
-        let part = Part::of_status(status);
+        self.patch_part(id, namespace, name, patch_type, patch, Part::of_status(status))
+    }
+
+    /// Patches a part of an object: the object, or what a subresource writes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transaction::patch`], and 404 for a subresource the resource does
+    /// not serve.
+    pub fn patch_part(
+        &mut self,
+        id: &ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        patch: Value,
+        part: Part,
+    ) -> Result<Arc<StoredObject>> {
         if patch_type == PatchType::Apply {
             return self.apply(id, namespace, name, patch, part);
         }
@@ -348,11 +416,13 @@ impl Transaction<'_> {
         ownership: Ownership,
     ) -> Result<Arc<StoredObject>> {
         let (def, existing) = existing(&self.state, id, namespace, name)?;
-        if part == Part::Status && !def.status_subresource {
-            return Err(ApiError::no_route(&format!("{}/status", def.plural)));
+        if let Some(subresource) = part.subresource()
+            && !def.serves_subresource(subresource)
+        {
+            return Err(ApiError::no_route(&format!("{}/{subresource}", def.plural)));
         }
         check_type(&def, &body)?;
-        if part != Part::Status {
+        if part.fields().is_empty() {
             apply_defaults(&def, &mut body);
         }
         let metadata = metadata_mut(&mut body, &def)?;
@@ -376,11 +446,8 @@ impl Transaction<'_> {
             ));
         }
 
-        let mut next = if part == Part::Status {
-            let mut next = existing.value.clone();
-            next["status"] = body.get("status").cloned().unwrap_or(Value::Null);
-            next
-        } else {
+        let fields = part.fields();
+        let mut next = if fields.is_empty() {
             if def.status_subresource {
                 match existing.value.get("status") {
                     Some(status) => body["status"] = status.clone(),
@@ -389,7 +456,28 @@ impl Transaction<'_> {
                     }
                 }
             }
+            // Only their subresources write these.
+            for (kind, fields) in [
+                ("CertificateSigningRequest", Part::Approval.fields()),
+                ("Pod", Part::EphemeralContainers.fields()),
+            ] {
+                if def.kind == kind {
+                    let path: Vec<String> = fields.iter().map(|field| (*field).to_owned()).collect();
+                    match field_path::get(&existing.value, &path) {
+                        Some(kept) => field_path::set(&mut body, &path, kept.clone()),
+                        None => field_path::remove(&mut body, &path),
+                    }
+                }
+            }
             body
+        } else {
+            let path: Vec<String> = fields.iter().map(|field| (*field).to_owned()).collect();
+            let mut next = existing.value.clone();
+            match field_path::get(&body, &path) {
+                Some(written) => field_path::set(&mut next, &path, written.clone()),
+                None => field_path::remove(&mut next, &path),
+            }
+            next
         };
         let old_meta = existing.value["metadata"].as_object().cloned().unwrap_or_default();
         let spec_changed = part != Part::Status && spec_of(&next) != spec_of(&existing.value);
@@ -407,8 +495,12 @@ impl Transaction<'_> {
             };
         }
         meta.insert("name".into(), json!(name));
-        let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
-        meta.insert("generation".into(), json!(generation + i64::from(spec_changed)));
+        if def.tracks_generation {
+            let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+            meta.insert("generation".into(), json!(generation + i64::from(spec_changed)));
+        } else {
+            meta.remove("generation");
+        }
         meta.insert("resourceVersion".into(), json!(existing.resource_version.to_string()));
         let record = matches!(ownership, Ownership::Record);
         match ownership {
@@ -422,6 +514,7 @@ impl Transaction<'_> {
                 }
             }
         }
+        self.admit(&def, name, &mut next)?;
         if next == existing.value {
             // Nothing changed: no new resourceVersion, no event.
             return Ok(existing);
@@ -444,6 +537,34 @@ impl Transaction<'_> {
     }
 }
 
+impl Transaction<'_> {
+    /// Prunes, defaults and checks an object of a resource with a schema, as
+    /// kube-apiserver does a custom resource's.
+    ///
+    /// # Errors
+    ///
+    /// 400 for a field the schema does not declare under strict field
+    /// validation, 422 for invalid fields.
+    fn admit(&self, def: &ResourceDef, name: &str, object: &mut Value) -> Result<()> {
+        let Some(schema) = &def.schema else {
+            return Ok(());
+        };
+        let (pruned, errors) = schema::admit(schema, object);
+        if self.options.strict && !pruned.is_empty() {
+            let unknown: Vec<String> = pruned.iter().map(|path| format!("unknown field {path:?}")).collect();
+            return Err(ApiError::bad_request(format!(
+                "strict decoding error: {}",
+                unknown.join(", ")
+            )));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid_fields(&def.group, &def.kind, name, errors))
+        }
+    }
+}
+
 /// `value` with a JSON, merge or strategic merge patch applied (a strategic merge
 /// patch is applied as a merge patch).
 pub(super) fn patch_value(
@@ -459,7 +580,7 @@ pub(super) fn patch_value(
             let operations: json_patch::Patch = serde_json::from_value(patch)
                 .map_err(|error| ApiError::bad_request(format!("invalid JSON patch: {error}")))?;
             json_patch::patch(&mut patched, &operations)
-                .map_err(|error| ApiError::invalid(&def.group, &def.plural, name, &error.to_string()))?;
+                .map_err(|error| ApiError::invalid(&def.group, &def.kind, name, &error.to_string()))?;
         }
         PatchType::Merge | PatchType::Strategic | PatchType::Apply => {
             if !patch.is_object() {
@@ -475,8 +596,15 @@ pub(super) fn patch_value(
 /// controllers and the `scale` subresource rely on: `spec.replicas` of the
 /// `apps` workloads is 1 unless set. A Secret's `stringData` is folded into
 /// its `data` (each value base64-encoded, over a key `data` has too) and
-/// not stored, as kube-apiserver does.
+/// not stored, and its `type` is `Opaque` unless set, as kube-apiserver does.
 fn apply_defaults(def: &ResourceDef, body: &mut Value) {
+    if def.group.is_empty()
+        && def.kind == "Secret"
+        && let Some(object) = body.as_object_mut()
+        && object.get("type").and_then(Value::as_str).is_none_or(str::is_empty)
+    {
+        object.insert("type".into(), json!("Opaque"));
+    }
     if def.group.is_empty()
         && def.kind == "Secret"
         && let Some(object) = body.as_object_mut()

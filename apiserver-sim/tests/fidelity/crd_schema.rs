@@ -1,0 +1,131 @@
+//! Custom resources pruned, defaulted and validated by their CRD's structural schema.
+
+use apiserver_sim::SimConfig;
+use kube::Client;
+use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams, ValidationDirective};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+use crate::support::{api_error, from_json, raw, start};
+
+/// Registers `widgets.example.com/v1`, whose schema requires a `size` from 1
+/// to 10 and defaults `color` to `red`; the API of its objects.
+async fn widgets_with_schema(client: &Client) -> Api<DynamicObject> {
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    let crd: DynamicObject = from_json(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                     "type": "object",
+                     "properties": {"spec": {
+                         "type": "object",
+                         "required": ["size"],
+                         "properties": {
+                             "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                             "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+                         }}}}}}]}
+    }));
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("the CRD is created");
+    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", "Widget"), "widgets");
+    Api::default_namespaced_with(client.clone(), &resource)
+}
+
+fn widget(name: &str, spec: Value) -> DynamicObject {
+    from_json(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "spec": spec}))
+}
+
+#[tokio::test]
+async fn custom_resources_are_pruned_and_defaulted_by_their_schema() {
+    let (_server, client) = start(SimConfig::default()).await;
+    let widgets = widgets_with_schema(&client).await;
+    let created = widgets
+        .create(
+            &PostParams::default(),
+            &widget("w1", json!({"size": 3, "shape": "round"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.data["spec"], json!({"size": 3, "color": "red"}));
+    assert_eq!(widgets.get("w1").await.unwrap().data["spec"]["color"], "red");
+
+    // Strict field validation refuses what would be dropped.
+    let strict = PatchParams::apply("test").validation(ValidationDirective::Strict);
+    let refused = widgets
+        .patch(
+            "w1",
+            &strict,
+            &Patch::Apply(widget("w1", json!({"size": 4, "shape": "round"}))),
+        )
+        .await
+        .unwrap_err();
+    let refused = api_error(refused);
+    assert_eq!(refused.code, 400);
+    assert_eq!(refused.message, "strict decoding error: unknown field \"spec.shape\"");
+}
+
+#[tokio::test]
+async fn invalid_custom_resources_get_kube_apiservers_422() {
+    let (server, client) = start(SimConfig::default()).await;
+    let widgets = widgets_with_schema(&client).await;
+    let wrong_type = widgets
+        .create(&PostParams::default(), &widget("bad", json!({"size": "big"})))
+        .await
+        .unwrap_err();
+    let wrong_type = api_error(wrong_type);
+    assert_eq!((wrong_type.code, wrong_type.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        wrong_type.message,
+        "Widget.example.com \"bad\" is invalid: spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\""
+    );
+    let several = widgets
+        .create(&PostParams::default(), &widget("bad", json!({"color": "pink"})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        api_error(several).message,
+        "Widget.example.com \"bad\" is invalid: [spec.color: Unsupported value: \"pink\": supported values: \"red\", \"blue\", spec.size: Required value]"
+    );
+    widgets
+        .create(&PostParams::default(), &widget("ok", json!({"size": 2})))
+        .await
+        .unwrap();
+    let too_big = widgets
+        .patch(
+            "ok",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 11}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        api_error(too_big).message,
+        "Widget.example.com \"ok\" is invalid: spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"
+    );
+
+    // The causes name each field, as clients that map errors to fields read them.
+    let body = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "raw"}, "spec": {}});
+    let answer = raw(
+        &server,
+        "POST",
+        "/apis/example.com/v1/namespaces/default/widgets",
+        "application/json",
+        &body.to_string(),
+    )
+    .await
+    .json();
+    assert_eq!(
+        answer["details"],
+        json!({"name": "raw", "group": "example.com", "kind": "Widget",
+               "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.size"}]})
+    );
+}
