@@ -611,7 +611,10 @@ impl Request<'_> {
                 &def.api_version(),
                 rv,
                 continue_token,
-                items.iter().map(|item| item.json.clone()),
+                items.iter().map(|item| {
+                    let json = item.json.clone();
+                    if def.custom { json } else { without_type_meta(json) }
+                }),
             )),
         }
     }
@@ -769,6 +772,23 @@ fn go_type(def: &resources::ResourceDef, kind: &str) -> String {
     format!("{package}.{kind}")
 }
 
+/// An object's JSON without its leading `kind` and `apiVersion`, as
+/// kube-apiserver writes the items of a built-in type's list.
+/// (The answer starts at the comma before `metadata`: the list writes its
+/// opening brace in place of that comma, so no item is copied.)
+fn without_type_meta(json: Bytes) -> Bytes {
+    // Objects are written kind, apiVersion, metadata: both values are plain
+    // strings, so the first `,"metadata":` is the top-level key.
+    const METADATA: &[u8] = b",\"metadata\":";
+    if !json.starts_with(b"{\"kind\":") {
+        return json;
+    }
+    match json.windows(METADATA.len()).position(|window| window == METADATA) {
+        Some(at) => json.slice(at..),
+        None => json,
+    }
+}
+
 /// A list, assembled from the items' serialized bytes without re-serializing them.
 fn list_response(
     kind: &str,
@@ -792,7 +812,14 @@ fn list_response(
         if i > 0 {
             buf.put_u8(b',');
         }
-        buf.put_slice(item);
+        // An item without its type starts at the comma before `metadata`.
+        match item.strip_prefix(b",") {
+            Some(rest) => {
+                buf.put_u8(b'{');
+                buf.put_slice(rest);
+            }
+            None => buf.put_slice(item),
+        }
     }
     buf.put_slice(b"]}");
     bytes_response(StatusCode::OK, buf.freeze())

@@ -43,6 +43,9 @@ pub struct ResourceDef {
     /// write is pruned to, defaulted by and checked against; none for
     /// built-in resources, whose fields are taken as written.
     pub schema: Option<serde_json::Value>,
+    /// A custom resource, served from a CRD: its list items keep `kind` and
+    /// `apiVersion`, which kube-apiserver leaves out of built-in types' items.
+    pub custom: bool,
 }
 
 /// A subresource as discovery lists it: its name, the kind it answers and its verbs.
@@ -139,6 +142,7 @@ impl ResourceDef {
             tracks_generation: false,
             returns_deleted_object: false,
             schema: None,
+            custom: false,
         }
     }
 

@@ -200,7 +200,10 @@ impl DeltaMaker {
 
     fn prepare(&self, object: CachedObject) -> Option<CachedObject> {
         let key = Arc::clone(object.shared_key());
-        match object.transformed(&self.transform) {
+        match object
+            .typed(&self.gvk)
+            .and_then(|object| object.transformed(&self.transform))
+        {
             Ok(object) => Some(object),
             Err(error) => {
                 tracing::warn!(key = %key, %error, "object dropped: the transform failed");
@@ -482,6 +485,44 @@ mod tests {
         );
         let live = maker.step(watcher::Event::Apply(object("z", "u3", "3")));
         assert_eq!(summary(&live), [(DeltaType::Added, "a/z".into(), "3".into(), false)]);
+    }
+
+    #[test]
+    fn list_items_without_their_type_get_it_as_watch_events_have_it() {
+        let mut maker = maker(false);
+        // kube-apiserver writes a built-in type's list items without kind and
+        // apiVersion; its watch events carry them first.
+        let deltas = list(&mut maker, vec![object("x", "u1", "1")]);
+        let listed: serde_json::Value = serde_json::from_str(deltas[0].object.json()).unwrap();
+        assert_eq!(
+            (listed["kind"].as_str(), listed["apiVersion"].as_str()),
+            (Some("ConfigMap"), Some("v1"))
+        );
+        assert!(
+            deltas[0]
+                .object
+                .json()
+                .starts_with(r#"{"kind":"ConfigMap","apiVersion":"v1","metadata""#)
+        );
+        assert_eq!((deltas[0].key(), deltas[0].object.uid()), ("a/x", "u1"));
+        let watched = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"y","namespace":"a","uid":"u2","resourceVersion":"2"},"data":{"k":"v"}}"#;
+        let live = maker.step(watcher::Event::Apply(CachedObject::from_json(watched).unwrap()));
+        assert_eq!(
+            live[0].object.json(),
+            watched,
+            "an object with its type is kept as it is"
+        );
+
+        let (_, writer) = indexer();
+        let mut apps = DeltaMaker::new(
+            GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            writer,
+            Transform::default(),
+            false,
+        );
+        let deltas = list(&mut apps, vec![object("d", "u3", "3")]);
+        let listed: serde_json::Value = serde_json::from_str(deltas[0].object.json()).unwrap();
+        assert_eq!(listed["apiVersion"], "apps/v1");
     }
 
     #[test]

@@ -45,6 +45,7 @@ fn defs(crd: &Value) -> Vec<ResourceDef> {
             }
             let schema = &version["schema"]["openAPIV3Schema"];
             def.schema = schema.is_object().then(|| schema.clone());
+            def.custom = true;
             if let Some(singular) = names["singular"].as_str() {
                 def.singular = singular.to_owned();
             }

@@ -122,6 +122,37 @@ impl CachedObject {
         Self::from_json(value.to_string())
     }
 
+    /// The object with `kind` and `apiVersion` written first when its JSON
+    /// does not start with them: kube-apiserver leaves them out of the items
+    /// of a built-in type's list (and writes them first everywhere else), and
+    /// a plugin gets the same object whether it came from a list or a watch.
+    ///
+    /// # Errors
+    ///
+    /// When the JSON is malformed.
+    pub fn typed(self, gvk: &kube::api::GroupVersionKind) -> Result<Self, ObjectError> {
+        let Some(rest) = self.json.trim_start().strip_prefix('{') else {
+            return Ok(self);
+        };
+        let first = rest.trim_start();
+        if first.starts_with("\"kind\"") || first.starts_with("\"apiVersion\"") {
+            return Ok(self);
+        }
+        let separator = if first.starts_with('}') { "" } else { "," };
+        let quoted = |text: &str| serde_json::to_string(text).map_err(ObjectError::Json);
+        let api_version = if gvk.group.is_empty() {
+            gvk.version.clone()
+        } else {
+            format!("{}/{}", gvk.group, gvk.version)
+        };
+        let json = format!(
+            "{{\"kind\":{},\"apiVersion\":{}{separator}{rest}",
+            quoted(&gvk.kind)?,
+            quoted(&api_version)?
+        );
+        Self::from_valid_json(json.into())
+    }
+
     /// The object with `transform` applied to its JSON.
     ///
     /// # Errors
