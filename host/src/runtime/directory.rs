@@ -2,7 +2,7 @@
 //! (read once: bytes, digest, manifest), and the debounced watch that triggers
 //! a rescan after each burst of changes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -79,14 +79,26 @@ pub fn plugin_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(files)
 }
 
+/// The plugins of a directory, as one scan read them.
+#[derive(Default)]
+pub(super) struct Scanned {
+    /// Every plugin read whole, by name.
+    pub(super) plugins: BTreeMap<String, PluginFiles>,
+    /// Plugins whose file vanished or changed while it was read (a file
+    /// replaced by a rename, as `kubectl cp` and ConfigMap mounts do): left
+    /// for the next scan, and not gone.
+    pub(super) changing: BTreeSet<String>,
+}
+
 /// Reads every plugin of `dir`, by name; a file that vanished or changed while
 /// being read is left for the next scan.
 ///
 /// # Errors
 ///
 /// When the directory cannot be read.
-pub(super) fn scan(dir: &Path) -> Result<BTreeMap<String, PluginFiles>, Error> {
-    let mut plugins = BTreeMap::new();
+pub(super) fn scan(dir: &Path) -> Result<Scanned, Error> {
+    let mut scanned = Scanned::default();
+    let plugins = &mut scanned.plugins;
     for file in plugin_files(dir)? {
         let before = stamp(&file);
         let manifest_path = Manifest::path_for(&file);
@@ -105,11 +117,15 @@ pub(super) fn scan(dir: &Path) -> Result<BTreeMap<String, PluginFiles>, Error> {
             .map_or(Limits::default().module_bytes, |manifest| manifest.limits.module_bytes);
         let bytes = match read_regular(&file, limit) {
             Ok(bytes) => Ok(bytes),
-            Err(error) if error.is_not_found() => continue,
+            Err(error) if error.is_not_found() => {
+                scanned.changing.insert(plugin_name(&file));
+                continue;
+            }
             Err(error) => Err(error),
         };
         let after = stamp(&file);
         if before != after {
+            scanned.changing.insert(plugin_name(&file));
             continue;
         }
         let digest = match &bytes {
@@ -133,7 +149,7 @@ pub(super) fn scan(dir: &Path) -> Result<BTreeMap<String, PluginFiles>, Error> {
             },
         );
     }
-    Ok(plugins)
+    Ok(scanned)
 }
 
 /// Watches `dir` and calls `rescan` after each burst of changes: once the

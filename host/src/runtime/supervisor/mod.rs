@@ -329,8 +329,14 @@ impl Supervisor {
         // A directory that cannot be read now unloads nothing: its plugins
         // keep running until a scan says they are gone.
         let mut scanned = true;
+        // A plugin whose file changed while it was read is not gone: it
+        // keeps running until the next scan reads the file whole.
+        let mut changing = std::collections::BTreeSet::new();
         let mut wanted = match self.dir.as_deref().map(directory::scan) {
-            Some(Ok(wanted)) => wanted,
+            Some(Ok(scan)) => {
+                changing = scan.changing;
+                scan.plugins
+            }
             Some(Err(error)) => {
                 tracing::warn!(error = %super::error_text(&error), "cannot scan the plugin directory; its plugins keep running");
                 scanned = false;
@@ -366,7 +372,7 @@ impl Supervisor {
             let mut plugins = self.plugins();
             let gone: Vec<String> = plugins
                 .keys()
-                .filter(|name| scanned && !wanted.contains_key(*name))
+                .filter(|name| scanned && !wanted.contains_key(*name) && !changing.contains(*name))
                 .cloned()
                 .collect();
             let removed = gone.iter().filter_map(|name| plugins.remove(name)).collect();
