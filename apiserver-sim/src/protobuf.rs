@@ -106,9 +106,17 @@ fn malformed(error: prost::DecodeError) -> ApiError {
 fn with_meta<const N: usize>(metadata: Option<meta::ObjectMeta>, fields: [(&str, Value); N]) -> Value {
     let mut object = Map::new();
     object.insert("metadata".into(), object_meta(metadata.unwrap_or_default()));
+    insert_set(&mut object, fields, true);
+    Value::Object(object)
+}
+
+/// Inserts the fields that are set: not null, not an empty list or object,
+/// and unless `keep_empty_strings`, not an empty string either.
+fn insert_set<const N: usize>(object: &mut Map<String, Value>, fields: [(&str, Value); N], keep_empty_strings: bool) {
     for (name, value) in fields {
         let empty = match &value {
             Value::Null => true,
+            Value::String(text) => !keep_empty_strings && text.is_empty(),
             Value::Array(items) => items.is_empty(),
             Value::Object(fields) => fields.is_empty(),
             _ => false,
@@ -117,7 +125,6 @@ fn with_meta<const N: usize>(metadata: Option<meta::ObjectMeta>, fields: [(&str,
             object.insert(name.into(), value);
         }
     }
-    Value::Object(object)
 }
 
 /// The fields of `ObjectMeta` a client writes.
@@ -151,18 +158,7 @@ fn object_meta(metadata: meta::ObjectMeta) -> Value {
         ("finalizers", json!(metadata.finalizers)),
     ];
     let mut object = Map::new();
-    for (name, value) in fields {
-        let empty = match &value {
-            Value::Null => true,
-            Value::String(text) => text.is_empty(),
-            Value::Array(items) => items.is_empty(),
-            Value::Object(fields) => fields.is_empty(),
-            _ => false,
-        };
-        if !empty {
-            object.insert(name.into(), value);
-        }
-    }
+    insert_set(&mut object, fields, false);
     Value::Object(object)
 }
 
