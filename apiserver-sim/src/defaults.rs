@@ -1,4 +1,4 @@
-//! The objects a fresh cluster holds before anyone writes: its namespaces, the `kubernetes` Service and the APIServices of its groups.
+//! The objects a fresh cluster holds before anyone writes: its namespaces, the `kubernetes` Service, the APIServices of its groups and the RBAC bootstrap roles every client may read.
 
 use serde_json::{Value, json};
 
@@ -9,7 +9,8 @@ use crate::store::{Store, WriteOptions};
 
 /// Creates the `default`, `kube-system` and `kube-public` namespaces, the
 /// `default/kubernetes` Service of the API server listening on `port`, and an
-/// APIService for each served group version.
+/// APIService for each served group version, and the bootstrap ClusterRoles
+/// and ClusterRoleBindings of [`bootstrap_rbac`].
 ///
 /// # Errors
 ///
@@ -37,7 +38,74 @@ pub(crate) fn create(store: &Store, port: u16) -> Result<()> {
             true,
         )?;
     }
+    for (role, binding) in bootstrap_rbac() {
+        store.create(&ids::cluster_roles(), None, role)?;
+        store.create(&ids::cluster_role_bindings(), None, binding)?;
+    }
     Ok(())
+}
+
+/// The ClusterRoles kube-apiserver's RBAC bootstrap policy writes that need no
+/// aggregation, each with the ClusterRoleBinding that grants it, labelled and
+/// annotated as the policy marks them: `cluster-admin` for the group
+/// `system:masters`, and what every authenticated client may do (discovery,
+/// its own access reviews, the version and health endpoints). The aggregated
+/// roles (`admin`, `edit`, `view`) and the controllers' `system:` roles are
+/// not written: the emulation enforces no RBAC, it only stores it.
+fn bootstrap_rbac() -> Vec<(Value, Value)> {
+    let public_paths = ["/healthz", "/livez", "/readyz", "/version", "/version/"];
+    let mut discovery_paths = vec!["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*"];
+    discovery_paths.extend(public_paths);
+    discovery_paths.sort_unstable();
+    let group = |name: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name});
+    let authenticated = || vec![group("system:authenticated")];
+    let roles = [
+        (
+            "cluster-admin",
+            json!([
+                {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                {"nonResourceURLs": ["*"], "verbs": ["*"]},
+            ]),
+            vec![group("system:masters")],
+        ),
+        (
+            "system:basic-user",
+            json!([
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"], "verbs": ["create"]},
+            ]),
+            authenticated(),
+        ),
+        (
+            "system:discovery",
+            json!([{"nonResourceURLs": discovery_paths, "verbs": ["get"]}]),
+            authenticated(),
+        ),
+        (
+            "system:public-info-viewer",
+            json!([{"nonResourceURLs": public_paths, "verbs": ["get"]}]),
+            vec![group("system:authenticated"), group("system:unauthenticated")],
+        ),
+    ];
+    let metadata = |name: &str| {
+        json!({
+            "name": name,
+            "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+            "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
+        })
+    };
+    roles
+        .into_iter()
+        .map(|(name, rules, subjects)| {
+            let role = json!({"metadata": metadata(name), "rules": rules});
+            let binding = json!({
+                "metadata": metadata(name),
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": subjects,
+            });
+            (role, binding)
+        })
+        .collect()
 }
 
 /// The Service by which pods reach the API server, as kube-apiserver keeps

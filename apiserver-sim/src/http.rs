@@ -20,7 +20,7 @@ use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, Start, WatchRequest};
-use crate::{Shared, encoding, metrics, protobuf, resources, server_stats};
+use crate::{Shared, encoding, metrics, printers, protobuf, resources, server_stats};
 
 mod unstored;
 
@@ -60,7 +60,7 @@ fn verb_of(method: &Method, path: &str, query: &HashMap<String, String>) -> &'st
         !path.ends_with(&collection)
     });
     match *method {
-        Method::GET if query.get("watch").is_some_and(|watch| watch == "true" || watch == "1") => "watch",
+        Method::GET if query_flag(query.get("watch")) => "watch",
         Method::GET if one => "get",
         Method::GET => "list",
         Method::POST => "create",
@@ -486,11 +486,7 @@ impl Request<'_> {
                 "force: Forbidden: may not be specified for non-apply patch",
             ));
         }
-        match force.as_str() {
-            "true" | "1" => Ok(options.force(true)),
-            "false" | "0" | "" => Ok(options),
-            other => Err(ApiError::bad_request(format!("invalid value for force: {other:?}"))),
-        }
+        Ok(options.force(query_flag(Some(force))))
     }
 
     /// A patch's body. An apply configuration is YAML; the JSON that kube-rs and
@@ -507,9 +503,7 @@ impl Request<'_> {
     }
 
     fn flag(&self, name: &str) -> bool {
-        self.query
-            .get(name)
-            .is_some_and(|value| value == "true" || value == "1")
+        query_flag(self.query.get(name))
     }
 
     /// The request's body as JSON: read as JSON, or decoded from protobuf
@@ -554,13 +548,15 @@ impl Request<'_> {
         };
         let page = self.shared.store.list(id, filter, &options)?;
         if self.wants_table() {
-            return Ok(table_response(page.resource_version, &page.items));
+            let items: Vec<&Value> = page.items.iter().map(|item| &item.value).collect();
+            let table = printers::table(def, Some(page.resource_version), &items);
+            return Ok(json_response(StatusCode::OK, &table));
         }
         self.list_answer(def, page.resource_version, page.continue_token.as_deref(), &page.items)
     }
 
-    /// An object in the form the client asked for: itself, or its metadata
-    /// only. Asking for a list of metadata is 406, as the API server answers.
+    /// An object in the form the client asked for: itself, its metadata
+    /// only, or a Table of it. Asking for a list of metadata is 406, as the API server answers.
     fn object_answer(
         &self,
         code: StatusCode,
@@ -570,9 +566,11 @@ impl Request<'_> {
         let offered = [
             Representation::PartialObjectMetadata,
             Representation::PartialObjectMetadataList,
+            Representation::Table,
         ];
         match self.wants(&offered) {
             Representation::PartialObjectMetadata => Ok(bytes_response(code, object.partial_metadata_json())),
+            Representation::Table => Ok(json_response(code, &printers::table(def, None, &[&object.value]))),
             Representation::PartialObjectMetadataList => Err(ApiError::not_acceptable(format!(
                 "you requested PartialObjectMetadataList, but the requested object is not a list (*{})",
                 go_type(def, &def.kind)
@@ -825,31 +823,6 @@ fn list_response(
     bytes_response(StatusCode::OK, buf.freeze())
 }
 
-/// A `meta.k8s.io/v1` Table with name and age columns, as kubectl prints.
-fn table_response(rv: u64, items: &[Arc<StoredObject>]) -> Response {
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|item| {
-            let metadata = &item.value["metadata"];
-            json!({
-                "cells": [item.name, metadata["creationTimestamp"]],
-                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata},
-            })
-        })
-        .collect();
-    let table = json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": rv.to_string()},
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
-            {"name": "Created At", "type": "date", "format": "", "description": "Creation timestamp", "priority": 0},
-        ],
-        "rows": rows,
-    });
-    json_response(StatusCode::OK, &table)
-}
-
 fn error_response(error: &ApiError) -> Response {
     let status = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = json_response(status, &error.to_status());
@@ -859,4 +832,11 @@ fn error_response(error: &ApiError) -> Response {
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     response
+}
+
+/// A boolean query parameter as kube-apiserver reads one: absent, `0` and
+/// `false` (in any case) are false, every other value true, `watch=True` (as
+/// the Python client sends it) and `watch=` among them.
+pub(crate) fn query_flag(value: Option<&String>) -> bool {
+    value.is_some_and(|value| value != "0" && !value.eq_ignore_ascii_case("false"))
 }

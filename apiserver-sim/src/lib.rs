@@ -82,6 +82,7 @@ mod http;
 mod kubelet_api;
 pub mod metrics;
 mod negotiation;
+mod printers;
 mod protobuf;
 pub mod resources;
 pub mod status;
@@ -179,6 +180,8 @@ pub(crate) struct Shared {
     pub(crate) stats: Stats,
     pub(crate) bookmark_interval: Duration,
     pub(crate) address: SocketAddr,
+    /// Signs the service account tokens this server issues.
+    pub(crate) tokens: token::TokenKey,
     /// Set when the server stops: watches and workloads end.
     pub(crate) stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -281,6 +284,7 @@ impl ApiServer {
             stats: Stats::default(),
             bookmark_interval: config.bookmark_interval,
             address,
+            tokens: token::TokenKey::random(),
             stopping: tokio::sync::watch::channel(false).0,
         });
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();

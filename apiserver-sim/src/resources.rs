@@ -43,6 +43,10 @@ pub struct ResourceDef {
     /// write is pruned to, defaulted by and checked against; none for
     /// built-in resources, whose fields are taken as written.
     pub schema: Option<serde_json::Value>,
+    /// A CRD version's `additionalPrinterColumns`, the columns `kubectl get`
+    /// prints for a custom resource; none for built-in resources, whose
+    /// columns are the API server's printers'.
+    pub printer_columns: Vec<serde_json::Value>,
     /// A custom resource, served from a CRD: its list items keep `kind` and
     /// `apiVersion`, which kube-apiserver leaves out of built-in types' items.
     pub custom: bool,
@@ -142,6 +146,7 @@ impl ResourceDef {
             tracks_generation: false,
             returns_deleted_object: false,
             schema: None,
+            printer_columns: Vec::new(),
             custom: false,
         }
     }
@@ -405,6 +410,9 @@ pub fn built_in() -> Vec<ResourceDef> {
         ResourceDef::new("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews")
             .cluster_scoped()
             .verbs(&["create"]),
+        ResourceDef::new("authentication.k8s.io", "v1", "TokenReview", "tokenreviews")
+            .cluster_scoped()
+            .verbs(&["create"]),
         ResourceDef::new(
             "authorization.k8s.io",
             "v1",
@@ -499,6 +507,12 @@ pub(crate) mod ids {
     }
     pub(crate) fn serviceaccounts() -> ResourceId {
         ResourceId::new("", "v1", "serviceaccounts")
+    }
+    pub(crate) fn cluster_roles() -> ResourceId {
+        ResourceId::new("rbac.authorization.k8s.io", "v1", "clusterroles")
+    }
+    pub(crate) fn cluster_role_bindings() -> ResourceId {
+        ResourceId::new("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
     }
     pub(crate) fn hpas() -> ResourceId {
         ResourceId::new("autoscaling", "v2", "horizontalpodautoscalers")
@@ -640,12 +654,12 @@ fn aggregated_version(list: &Value) -> Value {
 pub fn version() -> Value {
     json!({
         "major": "1",
-        "minor": "33",
-        "gitVersion": "v1.33.0+kinformer-sim",
+        "minor": "36",
+        "gitVersion": "v1.36.0+kinformer-sim",
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z",
-        "goVersion": "go1.24.0",
+        "goVersion": "go1.25.0",
         "compiler": "gc",
         "platform": "linux/amd64",
     })

@@ -263,11 +263,28 @@ impl ApiError {
     /// 415: the patch type is not supported.
     #[must_use]
     pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::unsupported_patch(
+            content_type,
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json",
+        )
+    }
+
+    /// 415: a strategic merge patch of a custom resource, whose lists have no
+    /// merge keys.
+    #[must_use]
+    pub fn strategic_patch_of_custom_resource() -> Self {
+        Self::unsupported_patch(
+            "application/strategic-merge-patch+json",
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        )
+    }
+
+    fn unsupported_patch(content_type: &str, accepted: &str) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: {accepted} (got {content_type:?})"
             ),
         )
     }

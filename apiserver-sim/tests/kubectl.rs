@@ -247,7 +247,9 @@ fn running_pod(server: &ApiServer, namespace: &str, name: &str, node: &str) {
             &pods,
             Some(namespace),
             name,
-            json!({"status": {"phase": "Running"}}),
+            json!({"status": {"phase": "Running", "containerStatuses": [
+                {"name": "app", "ready": true, "restartCount": 0, "state": {"running": {}}}
+            ]}}),
             true,
         )
         .expect("the store takes the pod's status");
@@ -330,5 +332,83 @@ async fn kubectl_top_prints_the_usage_of_pods_and_nodes() {
     assert!(
         stderr.contains("the server is currently unable to handle the request"),
         "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_prints_the_api_servers_columns_and_apply_merges_containers_by_name() {
+    let Some(kubectl) = kubectl() else { return };
+    let server = ApiServer::start(SimConfig::default().controllers(false)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let kubectl_run = |args: Vec<String>| {
+        let (kc, config) = (kubectl.clone(), kubeconfig.clone());
+        tokio::task::spawn_blocking(move || run(&kc, &config, &args.iter().map(String::as_str).collect::<Vec<_>>()))
+    };
+
+    // The pod printer's columns and cells, as kube-apiserver prints them.
+    running_pod(&server, "default", "web-a", "node-a");
+    let pods = kubectl_run(vec!["get".into(), "pods".into()]).await.unwrap();
+    let header: Vec<&str> = pods.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "STATUS", "RESTARTS", "AGE"], "{pods}");
+    assert_eq!(row(&pods, "web-a")[..4], ["web-a", "1/1", "Running", "0"], "{pods}");
+    let namespaces = kubectl_run(vec!["get".into(), "namespace".into(), "default".into()])
+        .await
+        .unwrap();
+    assert_eq!(row(&namespaces, "default")[..2], ["default", "Active"], "{namespaces}");
+
+    // Client-side apply sends a strategic merge patch with `$setElementOrder`:
+    // the containers merge by name, in the manifest's order, and no directive
+    // is stored.
+    let manifest = dir.path().join("deployment.yaml");
+    let apply = |containers: &[&str]| {
+        let containers: String = containers
+            .iter()
+            .map(|name| format!("      - name: {name}\n        image: {name}:1\n"))
+            .collect();
+        std::fs::write(
+            &manifest,
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n{containers}"
+            ),
+        )
+        .unwrap();
+        kubectl_run(vec![
+            "apply".into(),
+            "--validate=false".into(),
+            "-f".into(),
+            manifest.display().to_string(),
+        ])
+    };
+    apply(&["app", "proxy"]).await.unwrap();
+    let deployments = ResourceId::new("apps", "v1", "deployments");
+    // A field another writer set survives the next apply, which does not name it.
+    server
+        .store()
+        .patch(
+            &deployments,
+            Some("default"),
+            "web",
+            PatchType::Strategic,
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "imagePullPolicy": "Always"}]}}}}),
+            false,
+        )
+        .unwrap();
+    apply(&["proxy", "app", "log"]).await.unwrap();
+    let stored = server.store().get(&deployments, Some("default"), "web").unwrap();
+    let spec = &stored.value["spec"]["template"]["spec"];
+    let names: Vec<&str> = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|container| container["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["proxy", "app", "log"], "{spec}");
+    assert_eq!(spec["containers"][1]["imagePullPolicy"], "Always", "{spec}");
+    assert!(
+        !stored.value.to_string().contains('$'),
+        "a directive was stored: {}",
+        stored.value
     );
 }

@@ -49,6 +49,10 @@ use crate::resources::ids;
 use crate::status::Result;
 use crate::store::{Event, EventType, Preconditions, Store, StoredObject, Transaction, WriteOptions};
 
+/// The nodes pods are scheduled to, `node-0` to `node-7`; the synthetic
+/// workload registers them (see `Workload::populate`).
+pub(crate) const NODES: u64 = 8;
+
 /// The field manager controller writes are recorded under.
 pub(crate) const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 /// The field manager the kubelet stand-in's writes are recorded under.
@@ -77,7 +81,7 @@ pub(crate) struct ServerChoices {
 impl PodChoices for ServerChoices {
     fn node(&mut self) -> String {
         self.pods += 1;
-        format!("node-{}", self.pods % 8)
+        format!("node-{}", self.pods % NODES)
     }
 
     fn usage(&mut self, siblings: &[u32]) -> u32 {

@@ -1,4 +1,4 @@
-//! What is answered rather than stored: `componentstatuses`, the access reviews, a service account's token, evictions, and what a kubelet serves.
+//! What is answered rather than stored: `componentstatuses`, the access and token reviews, a service account's token, evictions, and what a kubelet serves.
 
 use axum::body::Body;
 use axum::http::{HeaderValue, Method, StatusCode, header};
@@ -26,6 +26,9 @@ impl Request<'_> {
             ("authentication.k8s.io", "selfsubjectreviews") => {
                 Some(self.review(name, access_review::self_subject_review))
             }
+            ("authentication.k8s.io", "tokenreviews") => Some(self.review(name, |body| {
+                token::review(&self.shared.store, &self.shared.tokens, body)
+            })),
             _ => None,
         }
     }
@@ -75,7 +78,7 @@ impl Request<'_> {
                 }
                 return Some(
                     self.json_body()
-                        .and_then(|body| token::issue(store, namespace, name, &body))
+                        .and_then(|body| token::issue(store, &self.shared.tokens, namespace, name, &body))
                         .map(|issued| json_response(StatusCode::CREATED, &issued)),
                 );
             }

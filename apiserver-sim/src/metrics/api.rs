@@ -165,7 +165,7 @@ impl Resource<'_> {
 }
 
 fn flag(query: &HashMap<String, String>, name: &str) -> bool {
-    query.get(name).is_some_and(|value| value == "true" || value == "1")
+    crate::http::query_flag(query.get(name))
 }
 
 /// A single object, or a Table of it.

@@ -45,6 +45,10 @@ fn defs(crd: &Value) -> Vec<ResourceDef> {
             }
             let schema = &version["schema"]["openAPIV3Schema"];
             def.schema = schema.is_object().then(|| schema.clone());
+            def.printer_columns = version["additionalPrinterColumns"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             def.custom = true;
             if let Some(singular) = names["singular"].as_str() {
                 def.singular = singular.to_owned();

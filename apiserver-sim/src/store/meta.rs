@@ -7,8 +7,23 @@ use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
 
 /// A DNS subdomain: at most 253 lowercase alphanumerics, `-` and `.`. An
-/// APIService is named `version.group`, `v1.` for the core group.
+/// APIService is named `version.group`, `v1.` for the core group; the RBAC
+/// objects take any name that is a path segment (`system:basic-user`).
 pub(super) fn check_name(def: &ResourceDef, name: &str) -> Result<()> {
+    if def.group == "rbac.authorization.k8s.io" {
+        let why = match name {
+            "." | ".." => format!("may not be '{name}'"),
+            _ if name.contains('/') => "may not contain '/'".to_owned(),
+            _ if name.contains('%') => "may not contain '%'".to_owned(),
+            _ => return Ok(()),
+        };
+        return Err(ApiError::invalid(
+            &def.group,
+            &def.kind,
+            name,
+            &format!("metadata.name: Invalid value: {name:?}: {why}"),
+        ));
+    }
     let subdomain = |name: &str| {
         name.len() <= 253
             && name

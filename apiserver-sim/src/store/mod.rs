@@ -27,6 +27,7 @@ mod managed_fields;
 mod meta;
 mod scale;
 mod schema;
+mod strategic;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};

@@ -26,7 +26,7 @@ pub enum PatchType {
     Json,
     /// RFC 7386 JSON merge patch.
     Merge,
-    /// Strategic merge patch, applied as a merge patch.
+    /// Strategic merge patch: lists with a merge key merge element by element.
     Strategic,
     /// Server-side apply: merged as a merge patch, creating the object when it
     /// is missing, with the field ownership rules of `managed_fields`.
@@ -274,6 +274,11 @@ impl Transaction<'_> {
         if def.status_subresource {
             // As the API server does: status is written through the subresource only.
             body.as_object_mut().expect("checked to be an object").remove("status");
+        }
+        if def.group.is_empty() && def.kind == "Namespace" {
+            // kube-apiserver's namespace strategy starts every namespace
+            // `Active`, the phase `kubectl get namespaces` prints.
+            body["status"] = json!({"phase": "Active"});
         }
         if def.kind == "CustomResourceDefinition" {
             crd::establish(&mut body);
@@ -565,8 +570,8 @@ impl Transaction<'_> {
     }
 }
 
-/// `value` with a JSON, merge or strategic merge patch applied (a strategic merge
-/// patch is applied as a merge patch).
+/// `value` with a JSON, merge or strategic merge patch applied (the last only
+/// to built-in types, as kube-apiserver refuses it for custom resources).
 pub(super) fn patch_value(
     def: &ResourceDef,
     name: &str,
@@ -582,7 +587,9 @@ pub(super) fn patch_value(
             json_patch::patch(&mut patched, &operations)
                 .map_err(|error| ApiError::invalid(&def.group, &def.kind, name, &error.to_string()))?;
         }
-        PatchType::Merge | PatchType::Strategic | PatchType::Apply => {
+        PatchType::Strategic if def.custom => return Err(ApiError::strategic_patch_of_custom_resource()),
+        PatchType::Strategic => patched = super::strategic::apply(value, &patch)?,
+        PatchType::Merge | PatchType::Apply => {
             if !patch.is_object() {
                 return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }
@@ -597,6 +604,7 @@ pub(super) fn patch_value(
 /// `apps` workloads is 1 unless set. A Secret's `stringData` is folded into
 /// its `data` (each value base64-encoded, over a key `data` has too) and
 /// not stored, and its `type` is `Opaque` unless set, as kube-apiserver does.
+/// A Namespace has the `kubernetes` finalizer in its spec.
 fn apply_defaults(def: &ResourceDef, body: &mut Value) {
     if def.group.is_empty()
         && def.kind == "Secret"
@@ -620,6 +628,16 @@ fn apply_defaults(def: &ResourceDef, body: &mut Value) {
                 let text = value.as_str().unwrap_or_default();
                 data.insert(key, json!(base64::engine::general_purpose::STANDARD.encode(text)));
             }
+        }
+    }
+    if def.group.is_empty()
+        && def.kind == "Namespace"
+        && let Some(object) = body.as_object_mut()
+    {
+        // kube-apiserver's namespace strategy: the `kubernetes` finalizer.
+        let spec = object.entry("spec").or_insert_with(|| json!({}));
+        if let Some(spec) = spec.as_object_mut() {
+            spec.entry("finalizers").or_insert_with(|| json!(["kubernetes"]));
         }
     }
     let replicated = def.group == "apps" && matches!(def.kind.as_str(), "Deployment" | "ReplicaSet" | "StatefulSet");

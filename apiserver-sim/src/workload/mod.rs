@@ -177,6 +177,9 @@ impl Workload {
             started: Instant::now(),
             ips: 0,
         };
+        for node in 0..controllers::NODES {
+            register_node(store, &format!("node-{node}"))?;
+        }
         for n in 0..self.namespaces {
             let namespace = format!("ns-{n}");
             store.create(&ids::namespaces(), None, json!({"metadata": {"name": namespace}}))?;
@@ -193,6 +196,37 @@ impl Workload {
         }
         Ok(churn)
     }
+}
+
+/// Registers a Ready node, as its kubelet does: labels, capacity (which
+/// `kubectl top nodes` divides by) and the kubelet's version.
+fn register_node(store: &Store, name: &str) -> Result<()> {
+    store.create(
+        &ids::nodes(),
+        None,
+        json!({"metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+        }}}),
+    )?;
+    let resources = json!({"cpu": "4", "memory": "8Gi", "pods": "110"});
+    store.transaction(WriteOptions::default()).update(
+        &ids::nodes(),
+        None,
+        name,
+        json!({"status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status",
+                            "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}],
+            "nodeInfo": {"kubeletVersion": "v1.36.0", "containerRuntimeVersion": "containerd://2.1.0",
+                         "operatingSystem": "linux", "architecture": "amd64", "osImage": "kinformer-sim"},
+        }}),
+        true,
+    )?;
+    Ok(())
 }
 
 /// A Deployment the workload manages.
@@ -565,7 +599,7 @@ struct WorkloadChoices<'a> {
 
 impl PodChoices for WorkloadChoices<'_> {
     fn node(&mut self) -> String {
-        format!("node-{}", self.rng.random_range(0..8))
+        format!("node-{}", self.rng.random_range(0..controllers::NODES))
     }
 
     fn usage(&mut self, siblings: &[u32]) -> u32 {

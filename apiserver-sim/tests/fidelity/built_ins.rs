@@ -1,7 +1,7 @@
 //! The built-in resources a peer's suite uses: Jobs, RBAC, CSRs, tokens, ephemeral containers, the `kubernetes` Service, and what needs a kubelet.
 
 use apiserver_sim::SimConfig;
-use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenReview};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Event, Node, Pod, Service, ServiceAccount};
@@ -95,10 +95,22 @@ async fn rbac_objects_are_stored_in_their_scopes() {
     assert_eq!(bindings.get("reader").await.unwrap().role_ref.kind, "Role");
     let stored = cluster_roles.get("node-reader").await.unwrap();
     assert_eq!(stored.metadata.namespace, None, "a ClusterRole is in no namespace");
-    assert_eq!(
-        cluster_bindings.list(&ListParams::default()).await.unwrap().items.len(),
-        1
-    );
+    let bound: Vec<String> = cluster_bindings
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|binding| binding.metadata.name.unwrap())
+        .collect();
+    assert!(bound.contains(&"node-reader".to_owned()), "{bound:?}");
+    // The bootstrap policy's roles exist from the start, as `kubectl get
+    // clusterrole cluster-admin` and kube-rs's `Client::fetch` find them.
+    let admin = cluster_roles.get("cluster-admin").await.unwrap();
+    assert_eq!(admin.rules.unwrap()[0].verbs, ["*"]);
+    let admin_binding = cluster_bindings.get("cluster-admin").await.unwrap();
+    assert_eq!(admin_binding.subjects.unwrap()[0].name, "system:masters");
+    assert!(bound.contains(&"system:discovery".to_owned()), "{bound:?}");
 }
 
 #[tokio::test]
@@ -171,7 +183,7 @@ async fn the_kubernetes_service_exists_from_the_start() {
 #[tokio::test]
 async fn a_token_request_issues_a_token_for_an_existing_service_account() {
     let (_server, client) = start(SimConfig::default()).await;
-    let accounts: Api<ServiceAccount> = Api::default_namespaced(client);
+    let accounts: Api<ServiceAccount> = Api::default_namespaced(client.clone());
     accounts
         .create(
             &PostParams::default(),
@@ -194,6 +206,36 @@ async fn a_token_request_issues_a_token_for_an_existing_service_account() {
         issued.spec.and_then(|spec| spec.audiences),
         Some(vec!["vault".to_owned()])
     );
+
+    // A TokenReview accepts the token for its audience and names its account;
+    // it refuses another audience, a forged signature, and an account gone.
+    let reviews: Api<TokenReview> = Api::all(client);
+    let review = |token: &str, audience: &str| {
+        let reviews = reviews.clone();
+        let review: TokenReview = from_json(json!({"spec": {"token": token, "audiences": [audience]}}));
+        async move {
+            reviews
+                .create(&PostParams::default(), &review)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+        }
+    };
+    let valid = review(&token, "vault").await;
+    assert_eq!(valid.authenticated, Some(true), "{:?}", valid.error);
+    assert_eq!(
+        valid.user.unwrap().username.as_deref(),
+        Some("system:serviceaccount:default:builder")
+    );
+    assert_eq!(valid.audiences, Some(vec!["vault".to_owned()]));
+    let elsewhere = review(&token, "api").await;
+    assert_ne!(elsewhere.authenticated, Some(true));
+    assert!(elsewhere.error.unwrap().contains("audiences"));
+    let (signed, _) = token.rsplit_once('.').unwrap();
+    let forged = review(&format!("{signed}.AAAA"), "vault").await;
+    assert_ne!(forged.authenticated, Some(true));
+    assert!(forged.error.unwrap().starts_with("[invalid bearer token"));
 
     let missing = accounts
         .create_subresource::<_, TokenRequest>("token", "nobody", &PostParams::default(), &request)
@@ -237,6 +279,21 @@ async fn ephemeral_containers_are_written_through_their_subresource_only() {
         .unwrap();
     let ephemeral = added.spec.unwrap().ephemeral_containers.unwrap();
     assert_eq!(ephemeral[0].name, "debug");
+    // A strategic merge patch adds to the list, merged by container name.
+    let second = json!({"spec": {"ephemeralContainers": [{"name": "debug-2", "image": "busybox"}]}});
+    let both = pods
+        .patch_ephemeral_containers("web", &PatchParams::default(), &Patch::Strategic(second))
+        .await
+        .unwrap();
+    let names: Vec<String> = both
+        .spec
+        .unwrap()
+        .ephemeral_containers
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["debug", "debug-2"]);
     let read = pods.get_ephemeral_containers("web").await.unwrap();
     assert_eq!(read.spec.unwrap().containers[0].name, "app");
 }
