@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
-use crate::watch::{self, Start, WatchRequest};
+use crate::watch::{self, EventForm, Start, WatchRequest};
 use crate::{Shared, encoding, metrics, printers, protobuf, resources, server_stats};
 
 mod unstored;
@@ -651,12 +651,17 @@ impl Request<'_> {
             .and_then(|seconds| seconds.parse().ok())
             .map(Duration::from_secs);
         // Both metadata forms are taken for a watch: its events carry
-        // `PartialObjectMetadata` objects.
+        // `PartialObjectMetadata` objects. A Table watch's carry one row each.
         let offered = [
             Representation::PartialObjectMetadata,
             Representation::PartialObjectMetadataList,
+            Representation::Table,
         ];
-        let metadata_only = self.wants(&offered) != Representation::Plain;
+        let form = match self.wants(&offered) {
+            Representation::Plain => EventForm::Object,
+            Representation::Table => EventForm::Table,
+            _ => EventForm::Metadata,
+        };
         let request = WatchRequest {
             id,
             def,
@@ -664,7 +669,7 @@ impl Request<'_> {
             start,
             bookmarks,
             timeout,
-            metadata_only,
+            form,
         };
         let chunks = watch::spawn(Arc::clone(self.shared), request);
         let stream = futures::stream::unfold(chunks, |mut chunks| async move {

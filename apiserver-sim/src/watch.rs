@@ -45,8 +45,74 @@ pub(crate) struct WatchRequest {
     pub(crate) start: Start,
     pub(crate) bookmarks: bool,
     pub(crate) timeout: Option<Duration>,
-    /// Events carry `PartialObjectMetadata` objects, bookmarks included.
-    pub(crate) metadata_only: bool,
+    /// What the events carry.
+    pub(crate) form: EventForm,
+}
+
+/// What a watch's events carry, as the client's `Accept` header asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventForm {
+    /// The objects.
+    Object,
+    /// `PartialObjectMetadata`, bookmarks included.
+    Metadata,
+    /// A `Table` of one row per event, as kubectl's `get -w` asks: the column
+    /// definitions in the first only, as kube-apiserver sends them.
+    Table,
+}
+
+/// Writes one watch's events in its form, remembering whether a Table's
+/// column definitions were sent.
+struct Encoder {
+    form: EventForm,
+    def: Arc<ResourceDef>,
+    headers_sent: bool,
+}
+
+impl Encoder {
+    fn write_event(&mut self, buf: &mut BytesMut, event_type: EventType, object: &StoredObject) {
+        let json = match self.form {
+            EventForm::Object => object.json.clone(),
+            EventForm::Metadata => object.partial_metadata_json(),
+            EventForm::Table => {
+                let mut table = crate::printers::table(&self.def, None, &[&object.value]);
+                if self.headers_sent {
+                    table["columnDefinitions"] = json!([]);
+                }
+                self.headers_sent = true;
+                Bytes::from(crate::encoding::to_vec(&table))
+            }
+        };
+        buf.reserve(json.len() + 32);
+        buf.put_slice(b"{\"type\":\"");
+        buf.put_slice(event_type.as_str().as_bytes());
+        buf.put_slice(b"\",\"object\":");
+        buf.put_slice(&json);
+        buf.put_slice(b"}\n");
+    }
+
+    /// The events as this watch's filter sees them: an object that starts
+    /// matching is `ADDED`, one that stops matching is `DELETED`.
+    fn encode(&mut self, events: &[Arc<Event>], filter: &Filter) -> Bytes {
+        let mut buf = BytesMut::new();
+        for event in events {
+            let now = filter.matches(&event.object);
+            let before = event
+                .previous
+                .as_deref()
+                .is_some_and(|previous| filter.matches(previous));
+            let seen_as = match (event.event_type, before, now) {
+                (EventType::Added, _, true) => EventType::Added,
+                (EventType::Modified, true, true) => EventType::Modified,
+                (EventType::Modified, false, true) => EventType::Added,
+                (EventType::Modified, true, false) => EventType::Deleted,
+                (EventType::Deleted, before, now) if before || now => EventType::Deleted,
+                _ => continue,
+            };
+            self.write_event(&mut buf, seen_as, &event.object);
+        }
+        buf.freeze()
+    }
 }
 
 /// Starts the watch; its response body is the receiver's chunks.
@@ -77,6 +143,11 @@ async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
         return;
     }
 
+    let mut encoder = Encoder {
+        form: request.form,
+        def: Arc::clone(&request.def),
+        headers_sent: false,
+    };
     let mut position = match request.start {
         Start::After(rv) => rv,
         Start::CurrentState { end_bookmark } => {
@@ -86,7 +157,7 @@ async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
             for chunk in objects.chunks(BATCH) {
                 let mut buf = BytesMut::new();
                 for object in chunk {
-                    write_event(&mut buf, EventType::Added, object, request.metadata_only);
+                    encoder.write_event(&mut buf, EventType::Added, object);
                 }
                 if tx.send(buf.freeze()).await.is_err() {
                     return;
@@ -116,7 +187,7 @@ async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
                     }
                     Ok((events, _)) => {
                         position = events.last().map_or(position, |event| event.resource_version);
-                        let chunk = encode(&events, &request.filter, request.metadata_only);
+                        let chunk = encoder.encode(&events, &request.filter);
                         if !chunk.is_empty() && tx.send(chunk).await.is_err() {
                             return;
                         }
@@ -146,43 +217,6 @@ async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
     }
 }
 
-/// The events as this watch's filter sees them: an object that starts matching is
-/// `ADDED`, one that stops matching is `DELETED`.
-fn encode(events: &[Arc<Event>], filter: &Filter, metadata_only: bool) -> Bytes {
-    let mut buf = BytesMut::new();
-    for event in events {
-        let now = filter.matches(&event.object);
-        let before = event
-            .previous
-            .as_deref()
-            .is_some_and(|previous| filter.matches(previous));
-        let seen_as = match (event.event_type, before, now) {
-            (EventType::Added, _, true) => EventType::Added,
-            (EventType::Modified, true, true) => EventType::Modified,
-            (EventType::Modified, false, true) => EventType::Added,
-            (EventType::Modified, true, false) => EventType::Deleted,
-            (EventType::Deleted, before, now) if before || now => EventType::Deleted,
-            _ => continue,
-        };
-        write_event(&mut buf, seen_as, &event.object, metadata_only);
-    }
-    buf.freeze()
-}
-
-fn write_event(buf: &mut BytesMut, event_type: EventType, object: &StoredObject, metadata_only: bool) {
-    let json = if metadata_only {
-        object.partial_metadata_json()
-    } else {
-        object.json.clone()
-    };
-    buf.reserve(json.len() + 32);
-    buf.put_slice(b"{\"type\":\"");
-    buf.put_slice(event_type.as_str().as_bytes());
-    buf.put_slice(b"\",\"object\":");
-    buf.put_slice(&json);
-    buf.put_slice(b"}\n");
-}
-
 /// A `BOOKMARK` event at `rv`, of the watched kind or, for a metadata-only
 /// watch, a `PartialObjectMetadata`.
 fn bookmark(request: &WatchRequest, rv: u64, initial_events_end: bool) -> Bytes {
@@ -190,7 +224,7 @@ fn bookmark(request: &WatchRequest, rv: u64, initial_events_end: bool) -> Bytes 
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    let (kind, api_version) = if request.metadata_only {
+    let (kind, api_version) = if request.form == EventForm::Metadata {
         ("PartialObjectMetadata".to_owned(), "meta.k8s.io/v1".to_owned())
     } else {
         (request.def.kind.clone(), request.def.api_version())

@@ -411,4 +411,48 @@ async fn kubectl_get_prints_the_api_servers_columns_and_apply_merges_containers_
         "a directive was stored: {}",
         stored.value
     );
+
+    // get -w asks for Tables in the watch too: the columns head the first event.
+    let mut watch = tokio::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["get", "configmaps", "-w", "--output-watch-events"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let configmaps = ResourceId::new("", "v1", "configmaps");
+    let mut seen: Vec<Vec<String>> = Vec::new();
+    let watched = tokio::time::timeout(Duration::from_secs(30), async {
+        // The namespace holds no ConfigMap: kubectl prints nothing until the
+        // first event, so write until it does.
+        let mut written = 0;
+        loop {
+            if written < 2 {
+                written += 1;
+                server
+                    .store()
+                    .create(
+                        &configmaps,
+                        Some("default"),
+                        json!({"metadata": {"name": format!("watched-{written}")}, "data": {"a": "1", "b": "2"}}),
+                    )
+                    .unwrap();
+            }
+            let Some(line) = lines.next_line().await.unwrap() else {
+                break;
+            };
+            seen.push(line.split_whitespace().map(str::to_owned).collect());
+            if seen.len() == 3 {
+                break;
+            }
+        }
+    })
+    .await;
+    watched.unwrap_or_else(|_| panic!("kubectl get -w printed only {seen:?}"));
+    assert_eq!(seen[0], ["EVENT", "NAME", "DATA", "AGE"], "{seen:?}");
+    assert_eq!(seen[1][..3], ["ADDED", "watched-1", "2"], "{seen:?}");
+    assert_eq!(seen[2][..3], ["ADDED", "watched-2", "2"], "{seen:?}");
+    watch.kill().await.unwrap();
 }

@@ -280,6 +280,10 @@ impl Transaction<'_> {
             // `Active`, the phase `kubectl get namespaces` prints.
             body["status"] = json!({"phase": "Active"});
         }
+        if def.group.is_empty() && def.kind == "Pod" {
+            // The pod strategy: `Pending`, with the pod's QoS class.
+            body["status"] = json!({"phase": "Pending", "qosClass": qos_class(&body["spec"])});
+        }
         if def.kind == "CustomResourceDefinition" {
             crd::establish(&mut body);
         }
@@ -651,6 +655,36 @@ fn apply_defaults(def: &ResourceDef, body: &mut Value) {
     }
 }
 
+/// A pod's quality of service class, as the kubelet and the API server work
+/// it out from its containers' resources: `Guaranteed` when every container
+/// limits CPU and memory and requests what it limits (or nothing), `BestEffort`
+/// when none requests or limits anything, `Burstable` otherwise.
+fn qos_class(spec: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["initContainers", "containers"]
+        .iter()
+        .filter_map(|list| spec[*list].as_array())
+        .flatten()
+        .collect();
+    let named = |resources: &Value| {
+        resources
+            .as_object()
+            .is_some_and(|resources| resources.keys().any(|name| name == "cpu" || name == "memory"))
+    };
+    if containers
+        .iter()
+        .all(|c| !named(&c["resources"]["requests"]) && !named(&c["resources"]["limits"]))
+    {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        let (requests, limits) = (&c["resources"]["requests"], &c["resources"]["limits"]);
+        ["cpu", "memory"]
+            .iter()
+            .all(|name| limits[*name].is_string() && (requests[*name].is_null() || requests[*name] == limits[*name]))
+    });
+    if guaranteed { "Guaranteed" } else { "Burstable" }
+}
+
 fn set_managed_fields(object: &mut Value, fields: Option<Value>) {
     let Some(metadata) = object["metadata"].as_object_mut() else {
         return;
@@ -744,6 +778,17 @@ mod tests {
     use super::*;
 
     use crate::store::test_store as store;
+
+    #[test]
+    fn a_pods_qos_class_follows_its_containers_resources() {
+        let spec = |resources: Value| json!({"containers": [{"name": "a", "resources": resources}]});
+        assert_eq!(qos_class(&spec(json!({}))), "BestEffort");
+        assert_eq!(qos_class(&spec(json!({"requests": {"cpu": "100m"}}))), "Burstable");
+        let limited = json!({"limits": {"cpu": "1", "memory": "1Gi"}});
+        assert_eq!(qos_class(&spec(limited)), "Guaranteed");
+        let unequal = json!({"requests": {"cpu": "500m"}, "limits": {"cpu": "1", "memory": "1Gi"}});
+        assert_eq!(qos_class(&spec(unequal)), "Burstable");
+    }
 
     #[test]
     fn json_patches_apply_and_a_failing_test_operation_is_invalid() {
