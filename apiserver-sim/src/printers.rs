@@ -186,6 +186,7 @@ fn columns(def: &ResourceDef) -> Vec<Column> {
                     target["name"].as_str().unwrap_or_default()
                 ))
             }),
+            column("Targets", 0, hpa_targets),
             number("MinPods", |o| json!(o["spec"]["minReplicas"].as_i64().unwrap_or(1))),
             number("MaxPods", |o| count(&o["spec"]["maxReplicas"])),
             number("Replicas", |o| count(&o["status"]["currentReplicas"])),
@@ -458,6 +459,34 @@ fn node_roles(node: &Value) -> Value {
         json!("<none>")
     } else {
         json!(roles.join(","))
+    }
+}
+
+/// Each resource metric's current and target utilization, `cpu: 45%/50%`,
+/// `<unknown>` before the controller measured it.
+fn hpa_targets(hpa: &Value) -> Value {
+    let current = hpa["status"]["currentMetrics"].as_array();
+    let targets: Vec<String> = hpa["spec"]["metrics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|metric| {
+            let resource = &metric["resource"];
+            let name = resource["name"].as_str()?;
+            let target = resource["target"]["averageUtilization"].as_i64()?;
+            let now = current
+                .into_iter()
+                .flatten()
+                .find(|measured| measured["resource"]["name"] == name)
+                .and_then(|measured| measured["resource"]["current"]["averageUtilization"].as_i64())
+                .map_or_else(|| "<unknown>".to_owned(), |now| format!("{now}%"));
+            Some(format!("{name}: {now}/{target}%"))
+        })
+        .collect();
+    if targets.is_empty() {
+        json!("<none>")
+    } else {
+        json!(targets.join(", "))
     }
 }
 
