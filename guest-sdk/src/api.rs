@@ -25,7 +25,7 @@ use std::fmt;
 use serde_json::Value;
 
 use crate::Gvk;
-use crate::bindings::kinformer::plugin::api as wit;
+use crate::bindings::kinformer::plugin0_1_0::api as wit;
 
 /// Why a read was not answered.
 #[derive(Clone, Debug, PartialEq, Eq)]

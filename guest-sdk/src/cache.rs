@@ -22,7 +22,7 @@ use std::fmt;
 use serde::de::DeserializeOwned;
 
 use crate::Gvk;
-use crate::bindings::kinformer::plugin::cache as wit;
+use crate::bindings::kinformer::plugin0_1_0::cache as wit;
 
 /// Why a cache query was not answered.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -40,7 +40,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::Gvk;
-use crate::bindings::kinformer::plugin::cluster as wit;
+use crate::bindings::kinformer::plugin0_1_0::cluster as wit;
 
 /// Why a write was not done.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -36,7 +36,7 @@
 
 use std::time::Duration;
 
-use crate::bindings::kinformer::plugin::types as wit;
+use crate::bindings::kinformer::plugin0_1_0::types as wit;
 use crate::{Gvk, Registration, Result};
 
 /// What a controller implements.
@@ -219,8 +219,8 @@ macro_rules! controller {
                 fn init(
                     config: ::std::string::String,
                 ) -> ::std::result::Result<
-                    $crate::bindings::kinformer::plugin::types::ControllerRegistration,
-                    $crate::bindings::kinformer::plugin::types::Error,
+                    $crate::bindings::kinformer::plugin0_1_0::types::ControllerRegistration,
+                    $crate::bindings::kinformer::plugin0_1_0::types::Error,
                 > {
                     let (controller, registration) =
                         <$controller as $crate::controller::Controller>::init(&config)
@@ -230,10 +230,10 @@ macro_rules! controller {
                 }
 
                 fn reconcile(
-                    request: $crate::bindings::kinformer::plugin::types::ReconcileRequest,
+                    request: $crate::bindings::kinformer::plugin0_1_0::types::ReconcileRequest,
                 ) -> ::std::result::Result<
-                    $crate::bindings::kinformer::plugin::types::Action,
-                    $crate::bindings::kinformer::plugin::types::Error,
+                    $crate::bindings::kinformer::plugin0_1_0::types::Action,
+                    $crate::bindings::kinformer::plugin0_1_0::types::Error,
                 > {
                     __KINFORMER_CONTROLLER.with_borrow_mut(|slot| match slot {
                         ::std::option::Option::Some(controller) => $crate::controller::Controller::reconcile(

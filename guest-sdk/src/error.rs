@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::bindings::kinformer::plugin::types as wit;
+use crate::bindings::kinformer::plugin0_1_0::types as wit;
 
 /// An error a handler returns; the host logs its message.
 ///

@@ -25,7 +25,7 @@ pub fn write(level: Level, message: &str) {
     crate::testing::log(level, message);
     #[cfg(not(all(feature = "testing", not(target_arch = "wasm32"))))]
     {
-        use crate::bindings::kinformer::plugin::log as wit;
+        use crate::bindings::kinformer::plugin0_1_0::log as wit;
         let level = match level {
             Level::Trace => wit::Level::Trace,
             Level::Debug => wit::Level::Debug,

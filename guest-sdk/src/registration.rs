@@ -1,6 +1,6 @@
 //! What a plugin tells the host it watches.
 
-use crate::bindings::kinformer::plugin::types as wit;
+use crate::bindings::kinformer::plugin0_1_0::types as wit;
 
 /// A Kubernetes resource type: API group, version and kind.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

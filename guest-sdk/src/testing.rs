@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use crate::api::ReadError;
-use crate::bindings::kinformer::plugin::types as wit;
+use crate::bindings::kinformer::plugin0_1_0::types as wit;
 use crate::cache::{CacheError, ObjectList};
 use crate::log::Level;
 use crate::{Delta, Gvk, Handler, Registration, Result};

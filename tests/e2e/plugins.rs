@@ -40,14 +40,16 @@ fn pod_metrics(name: &str, app: &str, cpu_millicores: u64) -> Arc<CachedObject> 
     }))
 }
 
-#[test]
-fn delta_logger_logs_added_updated_and_deleted_deltas() {
-    let mut instance = example("delta-logger")
+/// Loads `component`, which logs deltas as delta-logger does, and checks
+/// what it logged of a batch of two types and of an update: the old
+/// object's resourceVersion comes from the old object it was handed.
+fn logs_added_updated_and_deleted_deltas(component: &kinformer::PluginComponent, name: &str) {
+    let mut instance = component
         .instantiate(Caches::new(), PluginOptions::default())
-        .unwrap();
+        .expect("the plugin instantiates");
 
-    let registration = instance.init("v1/Pod, apps/v1/Deployment").unwrap();
-    assert_eq!(registration.name, "delta-logger");
+    let registration = instance.init("v1/Pod, apps/v1/Deployment").expect("init succeeds");
+    assert_eq!(registration.name, name);
     let watched: Vec<_> = registration.subscriptions.iter().map(|s| s.gvk.clone()).collect();
     assert_eq!(
         watched,
@@ -59,22 +61,43 @@ fn delta_logger_logs_added_updated_and_deleted_deltas() {
     assert!(registration.subscriptions.iter().all(|s| s.deliver));
 
     let gvk = Arc::new(GroupVersionKind::gvk("", "v1", "Pod"));
+    let deployments = Arc::new(GroupVersionKind::gvk("apps", "v1", "Deployment"));
+    let deployment = object(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "9"}
+    }));
     let (v1, v2) = (pod("web-0", "10"), pod("web-0", "11"));
+    // A batch replayed across informers holds several types.
     let batch = [
+        Delta::new(DeltaType::Added, deployments, deployment).in_initial_list(),
         Delta::new(DeltaType::Added, gvk.clone(), v1.clone()).in_initial_list(),
         Delta::updated(gvk.clone(), v1, v2.clone()),
     ];
-    instance.handle(&batch).unwrap();
-    instance.handle(&[Delta::new(DeltaType::Deleted, gvk, v2)]).unwrap();
+    instance.handle(&batch).expect("the batch is handled");
+    instance
+        .handle(&[Delta::new(DeltaType::Deleted, gvk, v2)])
+        .expect("the delete is handled");
 
     assert_eq!(
         messages(&instance),
         [
+            "Added Deployment shop/web rv=9 (initial list)",
             "Added Pod shop/web-0 rv=10 (initial list)",
-            "Updated Pod shop/web-0 rv=11",
+            "Updated Pod shop/web-0 rv=11 (was rv=10)",
             "Deleted Pod shop/web-0 rv=11",
         ]
     );
+}
+
+#[test]
+fn delta_logger_logs_added_updated_and_deleted_deltas() {
+    logs_added_updated_and_deleted_deltas(&example("delta-logger"), "delta-logger");
+}
+
+#[test]
+fn a_plugin_of_the_first_world_version_is_served_as_it_was() {
+    let component = engine().load_bytes("world-0-1", plugin_artifacts::WORLD_0_1).unwrap();
+    logs_added_updated_and_deleted_deltas(&component, "world-0-1");
 }
 
 #[test]
@@ -325,6 +348,7 @@ fn a_component_of_another_world_is_rejected_naming_the_world() {
         assert!(matches!(error, Error::Link { .. }), "{name}: {error:?}");
         let message = error.to_string();
         assert!(message.starts_with(&format!("{name}:")), "{message}");
+        assert!(message.contains("kinformer:plugin/plugin@0.2.0"), "{message}");
         assert!(message.contains("kinformer:plugin/plugin@0.1.0"), "{message}");
     }
 }

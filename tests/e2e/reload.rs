@@ -130,7 +130,7 @@ async fn bad_files_are_rejected_while_the_running_version_keeps_serving() {
         (
             "wrong world",
             wat::parse_bytes(world).unwrap().into_owned(),
-            "implements neither kinformer:plugin/plugin@0.1.0",
+            "implements none of kinformer:plugin/plugin@0.2.0, kinformer:plugin/plugin@0.1.0",
         ),
     ];
     for (case, bytes, cause) in cases {

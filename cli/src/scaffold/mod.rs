@@ -97,6 +97,7 @@ impl SdkSource {
 }
 
 const WIT: &str = include_str!("../../../wit/kinformer.wit");
+const WIT_0_2: &str = include_str!("../../../wit/0.2.0/kinformer.wit");
 const PYTHON_SDK: &str = include_str!("../../../guest-sdk/python/kinformer/__init__.py");
 const PYTHON_CLUSTER: &str = include_str!("../../../guest-sdk/python/kinformer/cluster.py");
 const PYTHON_HTTP: &str = include_str!("../../../guest-sdk/python/kinformer/http.py");
@@ -172,6 +173,7 @@ pub fn new_plugin(
             let app = source(include_str!("python/app.py"), include_str!("python/controller.py"));
             files.push(("app.py".into(), app, false));
             files.push(("wit/kinformer.wit".into(), WIT.into(), false));
+            files.push(("wit/0.2.0/kinformer.wit".into(), WIT_0_2.into(), false));
             files.push(("sdk/build".into(), PYTHON_BUILD.into(), true));
             files.push(("sdk/kinformer/__init__.py".into(), PYTHON_SDK.into(), false));
             files.push(("sdk/kinformer/cluster.py".into(), PYTHON_CLUSTER.into(), false));
@@ -184,6 +186,7 @@ pub fn new_plugin(
             let app = source(include_str!("js/app.js"), include_str!("js/controller.js"));
             files.push(("app.js".into(), app, false));
             files.push(("wit/kinformer.wit".into(), WIT.into(), false));
+            files.push(("wit/0.2.0/kinformer.wit".into(), WIT_0_2.into(), false));
             files.push(("sdk/build".into(), JS_BUILD.into(), true));
             files.push(("sdk/kinformer.js".into(), JS_SDK.into(), false));
             files.push(("sdk/package.json".into(), JS_PACKAGE.into(), false));

@@ -2,13 +2,14 @@
 
 use std::time::Instant;
 
+use wasmtime::component::InstancePre;
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 
 use super::epoch::{EpochClock, Running};
 use super::host::HostState;
 use super::instance::LiveInstance;
 use super::instance::{Exports, Handler};
-use super::{Error, PluginEngine, PluginInstance, PluginOptions, Result, bindings, controller_bindings};
+use super::{Error, PluginEngine, PluginInstance, PluginOptions, Result, controller_bindings};
 use crate::caches::Caches;
 
 /// A compiled and linked plugin, ready to instantiate any number of times.
@@ -23,8 +24,8 @@ pub struct PluginComponent {
 /// A component pre-instantiated for the world it implements.
 #[derive(Clone)]
 pub(super) enum Pre {
-    /// `plugin` or `writer`: `init` and `handle`.
-    Handler(bindings::WriterPre<HostState>),
+    /// `plugin` or `writer`: `init` and `handle`, taking batches in `Layout`.
+    Handler(InstancePre<HostState>, Layout),
     /// `controller`: `init` and `reconcile`.
     Controller(controller_bindings::ControllerPre<HostState>),
 }
@@ -89,7 +90,7 @@ impl PluginComponent {
         let clock = self.engine.ticker.clock().clone();
         let running = start_call(&mut store, &clock, call_timeout);
         let plugin = match &self.pre {
-            Pre::Handler(pre) => Handler::instantiate(&mut store, pre).map(Exports::Handler),
+            Pre::Handler(pre, layout) => Handler::instantiate(&mut store, pre, *layout).map(Exports::Handler),
             Pre::Controller(pre) => pre.instantiate(&mut store).map(Exports::Controller),
         }
         .map_err(|source| {
@@ -107,6 +108,15 @@ impl PluginComponent {
             poisoned: false,
         })
     }
+}
+
+/// How a plugin's `handle` takes its batch: the world version it was built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// 0.1.0: a list of delta records.
+    Records,
+    /// 0.2.0: the type once, the texts end to end, old objects on demand.
+    Lean,
 }
 
 /// Starts a call (or the component's start-up) of at most `timeout`, looked

@@ -8,10 +8,12 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
-use super::component::Pre;
+use super::component::{Layout, Pre};
 use super::epoch::Ticker;
 use super::host::HostState;
-use super::{Error, PluginComponent, Result, bindings, controller_bindings, digest, plugin_name};
+use super::{
+    Error, PluginComponent, Result, bindings, controller_bindings, digest, lean_bindings, lean_deltas, plugin_name,
+};
 
 /// The shared wasmtime engine: compiles components and drives call deadlines.
 ///
@@ -115,6 +117,8 @@ impl PluginEngine {
         wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(Error::Engine)?;
         super::wasi::bound_blocking(&mut linker).map_err(Error::Engine)?;
         bindings::Writer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
+            .map_err(Error::Engine)?;
+        lean_deltas::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
             .map_err(Error::Engine)?;
 
         let ticker = Ticker::start(&engine).map_err(|error| Error::Engine(error.into()))?;
@@ -272,17 +276,21 @@ impl PluginEngine {
             plugin: name.to_owned(),
             source,
         })?;
-        let pre = match bindings::WriterPre::new(pre.clone()) {
-            Ok(handler) => Pre::Handler(handler),
-            Err(not_handler) => match controller_bindings::ControllerPre::new(pre) {
-                Ok(controller) => Pre::Controller(controller),
-                Err(_) => {
-                    return Err(Error::Link {
-                        plugin: name.to_owned(),
-                        source: not_handler,
-                    });
-                }
-            },
+        let pre = if lean_bindings::WriterPre::new(pre.clone()).is_ok() {
+            Pre::Handler(pre, Layout::Lean)
+        } else {
+            match bindings::WriterPre::new(pre.clone()) {
+                Ok(_) => Pre::Handler(pre, Layout::Records),
+                Err(not_handler) => match controller_bindings::ControllerPre::new(pre) {
+                    Ok(controller) => Pre::Controller(controller),
+                    Err(_) => {
+                        return Err(Error::Link {
+                            plugin: name.to_owned(),
+                            source: not_handler,
+                        });
+                    }
+                },
+            }
         };
         Ok(PluginComponent {
             name: name.to_owned(),

@@ -6,6 +6,8 @@
 //! index names are validated and bounded, and a bad one is an error value for the
 //! plugin, never a host panic.
 
+use std::sync::Arc;
+
 use kube::api::GroupVersionKind;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits};
@@ -16,6 +18,7 @@ use super::bindings::kinformer::plugin::{cache, log, types};
 use super::budget::CpuBudget;
 use super::deadline::DeadlineCredit;
 use super::inputs::{Answer, SharedInputs};
+use super::lean_deltas;
 use super::log::PluginLog;
 use crate::caches::Caches;
 use crate::cluster::Writer;
@@ -23,6 +26,7 @@ use crate::grant::Grant;
 use crate::index::IndexError;
 use crate::indexer::{Indexer, Listing};
 use crate::limits::Limits;
+use crate::object::CachedObject;
 use crate::outbound::{AddressPolicy, HttpGrant, Outbound};
 use crate::selector::Selector;
 
@@ -53,6 +57,8 @@ pub(crate) struct HostState {
     pub(crate) store_limits: Limiter,
     /// The current call's inputs, when they are shared with a shadow.
     pub(crate) inputs: Option<SharedInputs>,
+    /// The old objects of the 0.2.0 batch being handled, by index.
+    pub(super) old_objects: Vec<Option<Arc<CachedObject>>>,
 }
 
 /// The store's limits (memory, tables, instances), counting the linear
@@ -141,6 +147,7 @@ impl HostState {
             outbound,
             store_limits: Limiter::new(store_limits),
             inputs: None,
+            old_objects: Vec::new(),
         }
     }
 
@@ -249,6 +256,13 @@ impl WasiHttpView for HostState {
 }
 
 impl types::Host for HostState {}
+
+impl lean_deltas::Host for HostState {
+    fn old_object(&mut self, index: u32) -> Option<String> {
+        let old = self.old_objects.get(usize::try_from(index).ok()?)?;
+        old.as_ref().map(|old| old.json().to_owned())
+    }
+}
 
 impl cache::Host for HostState {
     fn get(&mut self, gvk: types::GroupVersionKind, key: String) -> Result<Option<String>, cache::CacheError> {

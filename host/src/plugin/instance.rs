@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use kube::api::GroupVersionKind;
 use wasmtime::Store;
-use wasmtime::component::{ComponentType, Lower, TypedFunc};
+use wasmtime::component::{ComponentType, InstancePre, Lower, TypedFunc};
 
 use super::bindings::kinformer::plugin::types as wit;
+use super::component::Layout;
 use super::epoch::EpochClock;
 use super::host::HostState;
-use super::{Error, LogLine, Result, bindings, controller_bindings};
+use super::{Error, LogLine, Result, controller_bindings};
 use crate::delta::{Delta, DeltaType};
 use crate::registration::{ControllerSpec, IndexSpec, KeyMapping, Registration, Subscription};
 
@@ -24,44 +25,106 @@ pub(super) enum Exports {
     Controller(controller_bindings::Controller),
 }
 
-/// An instance of a plugin that handles deltas: its bindings, and `handle`
+/// An instance of a plugin that handles deltas: `init`, and `handle`
 /// itself, called with deltas that borrow the cached objects' text rather
-/// than with copies of it.
+/// than with copies of it. Both are type-checked once, at instantiation, so
+/// a component that does not match fails to start. `TypedFunc` is covariant
+/// in its parameters, so the `'static` ones take arguments borrowed for a call.
 pub(super) struct Handler {
-    bindings: bindings::Writer,
-    /// Type-checked once, at instantiation. `TypedFunc` is covariant in its
-    /// parameters, so the `'static` one takes a batch borrowed for a call.
-    handle: TypedFunc<HandleParams<'static>, HandleResults>,
+    init: TypedFunc<(&'static str,), InitResults>,
+    handle: HandleFunc,
+    /// The texts of a 0.2.0 batch, kept to be filled again.
+    text: Vec<u8>,
 }
 
-/// `handle`'s parameters and results.
-type HandleParams<'a> = (&'a [DeltaRef<'a>],);
+/// `handle`, as the component's world version lays out its batch.
+#[derive(Clone, Copy)]
+enum HandleFunc {
+    /// 0.1.0: a list of delta records.
+    Records(TypedFunc<RecordParams<'static>, HandleResults>),
+    /// 0.2.0: one batch record.
+    Lean(TypedFunc<LeanParams<'static>, HandleResults>),
+}
+
+/// `init`'s results, and `handle`'s parameters and results.
+type InitResults = (Result<wit::Registration, wit::Error>,);
+type RecordParams<'a> = (&'a [DeltaRef<'a>],);
+type LeanParams<'a> = (LeanBatch<'a>,);
 type HandleResults = (Result<(), wit::Error>,);
 
 impl Handler {
-    /// Instantiates `pre` in `store`.
+    /// Instantiates `pre`, a component taking batches in `layout`, in `store`.
     pub(super) fn instantiate(
         store: &mut Store<HostState>,
-        pre: &bindings::WriterPre<HostState>,
+        pre: &InstancePre<HostState>,
+        layout: Layout,
     ) -> wasmtime::Result<Self> {
-        let instance = pre.instance_pre().instantiate(&mut *store)?;
-        let bindings = bindings::Writer::new(&mut *store, &instance)?;
-        // Checked here, so a component that does not match fails to start.
-        let handle = instance
-            .get_func(&mut *store, "handle")
-            .ok_or_else(|| wasmtime::format_err!("the component exports no `handle`"))?
-            .typed(&*store)?;
-        Ok(Self { bindings, handle })
+        let instance = pre.instantiate(&mut *store)?;
+        let export = |store: &mut Store<HostState>, name: &str| {
+            instance
+                .get_func(&mut *store, name)
+                .ok_or_else(|| wasmtime::format_err!("the component exports no `{name}`"))
+        };
+        let init = export(store, "init")?.typed(&*store)?;
+        let handle = export(store, "handle")?;
+        let handle = match layout {
+            Layout::Records => HandleFunc::Records(handle.typed(&*store)?),
+            Layout::Lean => HandleFunc::Lean(handle.typed(&*store)?),
+        };
+        Ok(Self {
+            init,
+            handle,
+            text: Vec::new(),
+        })
+    }
+
+    fn call_init(
+        &self,
+        store: &mut Store<HostState>,
+        config: &str,
+    ) -> wasmtime::Result<Result<wit::Registration, wit::Error>> {
+        let init: TypedFunc<(&str,), InitResults> = self.init;
+        let (registration,) = init.call(&mut *store, (config,))?;
+        Ok(registration)
     }
 
     fn call_handle(
-        &self,
+        &mut self,
         store: &mut Store<HostState>,
-        batch: &[DeltaRef<'_>],
+        batch: &[Delta],
     ) -> wasmtime::Result<Result<(), wit::Error>> {
-        let handle: TypedFunc<HandleParams<'_>, HandleResults> = self.handle;
-        let (handled,) = handle.call(&mut *store, (batch,))?;
-        Ok(handled)
+        match self.handle {
+            HandleFunc::Records(handle) => {
+                let records: Vec<DeltaRef<'_>> = batch.iter().map(DeltaRef::of).collect();
+                let handle: TypedFunc<RecordParams<'_>, HandleResults> = handle;
+                let (handled,) = handle.call(&mut *store, (&records,))?;
+                Ok(handled)
+            }
+            HandleFunc::Lean(handle) => {
+                // A batch replayed across informers holds several types: each
+                // run of one type is a batch of its own. An empty batch is
+                // handed over as one, as to a 0.1.0 plugin.
+                let runs = batch.chunk_by(|a, b| Arc::ptr_eq(&a.gvk, &b.gvk) || a.gvk == b.gvk);
+                for run in runs.chain(batch.is_empty().then_some(batch)) {
+                    self.text.clear();
+                    let deltas: Vec<EntryRef> = run.iter().map(|delta| EntryRef::of(delta, &mut self.text)).collect();
+                    let lean = LeanBatch {
+                        gvk: run.first().map_or(GvkRef::NONE, |delta| GvkRef::of(&delta.gvk)),
+                        text: &self.text,
+                        deltas: &deltas,
+                    };
+                    store.data_mut().old_objects = run.iter().map(|delta| delta.old.clone()).collect();
+                    let handle: TypedFunc<LeanParams<'_>, HandleResults> = handle;
+                    let outcome = handle.call(&mut *store, (lean,));
+                    store.data_mut().old_objects.clear();
+                    let (handled,) = outcome?;
+                    if handled.is_err() {
+                        return Ok(handled);
+                    }
+                }
+                Ok(Ok(()))
+            }
+        }
     }
 }
 
@@ -91,21 +154,84 @@ struct GvkRef<'a> {
     kind: &'a str,
 }
 
+impl<'a> GvkRef<'a> {
+    /// The type of an empty batch.
+    const NONE: Self = Self {
+        group: "",
+        version: "",
+        kind: "",
+    };
+
+    fn of(gvk: &'a GroupVersionKind) -> Self {
+        Self {
+            group: &gvk.group,
+            version: &gvk.version,
+            kind: &gvk.kind,
+        }
+    }
+}
+
+/// The 0.2.0 `delta-batch` record, borrowing its type and texts.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+struct LeanBatch<'a> {
+    gvk: GvkRef<'a>,
+    text: &'a [u8],
+    deltas: &'a [EntryRef],
+}
+
+/// The 0.2.0 `delta-entry` record.
+#[derive(ComponentType, Lower)]
+#[component(record)]
+struct EntryRef {
+    #[component(name = "type")]
+    type_: wit::DeltaType,
+    #[component(name = "key-len")]
+    key_len: u32,
+    #[component(name = "resource-version-len")]
+    resource_version_len: u32,
+    #[component(name = "object-len")]
+    object_len: u32,
+    #[component(name = "has-old-object")]
+    has_old_object: bool,
+    #[component(name = "initial-list")]
+    initial_list: bool,
+}
+
+impl EntryRef {
+    /// The entry of `delta`, its texts appended to `text`.
+    fn of(delta: &Delta, text: &mut Vec<u8>) -> Self {
+        let mut append = |part: &str| {
+            text.extend_from_slice(part.as_bytes());
+            // A cached object is far below 4 GiB: the host bounds what it caches.
+            u32::try_from(part.len()).unwrap_or(u32::MAX)
+        };
+        Self {
+            type_: wit_delta_type(delta.delta_type),
+            key_len: append(delta.object.key()),
+            resource_version_len: append(delta.object.resource_version()),
+            object_len: append(delta.object.json()),
+            has_old_object: delta.old.is_some(),
+            initial_list: delta.initial_list,
+        }
+    }
+}
+
+fn wit_delta_type(delta_type: DeltaType) -> wit::DeltaType {
+    match delta_type {
+        DeltaType::Added => wit::DeltaType::Added,
+        DeltaType::Updated => wit::DeltaType::Updated,
+        DeltaType::Deleted => wit::DeltaType::Deleted,
+        DeltaType::Replaced => wit::DeltaType::Replaced,
+        DeltaType::Sync => wit::DeltaType::Sync,
+    }
+}
+
 impl<'a> DeltaRef<'a> {
     fn of(delta: &'a Delta) -> Self {
         Self {
-            type_: match delta.delta_type {
-                DeltaType::Added => wit::DeltaType::Added,
-                DeltaType::Updated => wit::DeltaType::Updated,
-                DeltaType::Deleted => wit::DeltaType::Deleted,
-                DeltaType::Replaced => wit::DeltaType::Replaced,
-                DeltaType::Sync => wit::DeltaType::Sync,
-            },
-            gvk: GvkRef {
-                group: &delta.gvk.group,
-                version: &delta.gvk.version,
-                kind: &delta.gvk.kind,
-            },
+            type_: wit_delta_type(delta.delta_type),
+            gvk: GvkRef::of(&delta.gvk),
             key: delta.object.key(),
             resource_version: delta.object.resource_version(),
             object: delta.object.json(),
@@ -212,7 +338,7 @@ impl PluginInstance {
         let (registration, controller) = match &self.plugin {
             Exports::Handler(_) => (
                 self.call("init", |plugin, store| match plugin {
-                    Exports::Handler(plugin) => plugin.bindings.call_init(store, config),
+                    Exports::Handler(plugin) => plugin.call_init(store, config),
                     Exports::Controller(_) => unreachable_export("init"),
                 })?,
                 None,
@@ -291,9 +417,8 @@ impl PluginInstance {
     /// it again or skip it), [`Error::Trap`] when it trapped or broke a limit;
     /// [`Error::Plugin`] too for a controller, which has no `handle`.
     pub fn handle(&mut self, batch: &[Delta]) -> Result<()> {
-        let batch: Vec<DeltaRef<'_>> = batch.iter().map(DeltaRef::of).collect();
         self.call("handle", |plugin, store| match plugin {
-            Exports::Handler(plugin) => plugin.call_handle(store, &batch),
+            Exports::Handler(plugin) => plugin.call_handle(store, batch),
             Exports::Controller(_) => Ok(Err(wit::Error {
                 message: "a controller reconciles keys; it has no handle".into(),
             })),
@@ -341,7 +466,7 @@ impl PluginInstance {
     fn call<T>(
         &mut self,
         call: &'static str,
-        f: impl FnOnce(&Exports, &mut Store<HostState>) -> wasmtime::Result<Result<T, wit::Error>>,
+        f: impl FnOnce(&mut Exports, &mut Store<HostState>) -> wasmtime::Result<Result<T, wit::Error>>,
     ) -> Result<T> {
         if self.poisoned {
             return Err(Error::Poisoned(self.name.clone()));
@@ -355,7 +480,7 @@ impl PluginInstance {
         }
         self.store.data().log.begin_call();
         let running = super::component::start_call(&mut self.store, &self.clock, self.call_timeout);
-        let outcome = f(&self.plugin, &mut self.store);
+        let outcome = f(&mut self.plugin, &mut self.store);
         drop(running);
         (self.store.data_mut().budget).stop(Instant::now(), super::component::thread_cpu_time);
         match outcome {

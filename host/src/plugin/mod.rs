@@ -54,9 +54,13 @@ pub use inputs::{CallInputs, SharedInputs};
 pub use instance::PluginInstance;
 pub use log::{LogLine, LogSink};
 
-/// The WIT world a plugin implements, with its version. A component of the
-/// `writer` world (the same, importing `cluster` too) is one as well.
-pub const WORLD: &str = "kinformer:plugin/plugin@0.1.0";
+/// The WIT world a plugin built with the SDKs implements, with its version.
+/// A component of the `writer` world (the same, importing `cluster` too) is
+/// one as well, and so are components of [`WORLD_0_1`].
+pub const WORLD: &str = "kinformer:plugin/plugin@0.2.0";
+/// The first version of the plugin world, whose batches carry every string of
+/// every delta on its own. Its components are served as they are.
+pub const WORLD_0_1: &str = "kinformer:plugin/plugin@0.1.0";
 /// The WIT world a controller implements, with its version.
 pub const CONTROLLER_WORLD: &str = "kinformer:plugin/controller@0.1.0";
 
@@ -68,6 +72,25 @@ mod bindings {
         world: "writer",
     });
 }
+
+/// The `writer` world of version 0.2.0: the interfaces bound above, and the
+/// lean batch layout.
+mod lean_bindings {
+    wasmtime::component::bindgen!({
+        path: ["../wit/kinformer.wit", "../wit/0.2.0/kinformer.wit"],
+        world: "kinformer:plugin/writer@0.2.0",
+        with: {
+            "kinformer:plugin/types@0.1.0": super::bindings::kinformer::plugin::types,
+            "kinformer:plugin/cache@0.1.0": super::bindings::kinformer::plugin::cache,
+            "kinformer:plugin/log@0.1.0": super::bindings::kinformer::plugin::log,
+            "kinformer:plugin/cluster@0.1.0": super::bindings::kinformer::plugin::cluster,
+            "kinformer:plugin/api@0.1.0": super::bindings::kinformer::plugin::api,
+        },
+    });
+}
+
+/// The interface a 0.2.0 plugin asks for old objects through.
+use lean_bindings::kinformer::plugin0_2_0::deltas as lean_deltas;
 
 /// The `controller` world, sharing the interfaces bound above.
 mod controller_bindings {
@@ -101,7 +124,7 @@ pub enum Error {
         source: wasmtime::Error,
     },
     /// The component implements neither the plugin world nor the controller world.
-    #[error("{plugin}: the component implements neither {WORLD} nor {CONTROLLER_WORLD}")]
+    #[error("{plugin}: the component implements none of {WORLD}, {WORLD_0_1} and {CONTROLLER_WORLD}")]
     Link {
         /// The plugin's name.
         plugin: String,

@@ -19,8 +19,19 @@ impl Handler for DeltaLogger {
 
     fn handle(&mut self, delta: Delta) -> Result<()> {
         let initial = if delta.is_initial_list() { " (initial list)" } else { "" };
+        // An update's previous state, fetched from the host only when read.
+        let previous = delta
+            .old_object::<serde_json::Value>()
+            .ok()
+            .flatten()
+            .and_then(|old| {
+                old["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(|rv| format!(" (was rv={rv})"))
+            })
+            .unwrap_or_default();
         kinformer_sdk::info!(
-            "{:?} {} {} rv={}{initial}",
+            "{:?} {} {} rv={}{previous}{initial}",
             delta.delta_type(),
             delta.gvk().kind,
             delta.key(),
