@@ -9,8 +9,9 @@ stuck changes:
     WARN deployment shop/web: 2 of 3 pods in CrashLoopBackOff: web-5d8-x2 (12 restarts), web-5d8-q7 (4 restarts)
     INFO deployment shop/web: no pods in CrashLoopBackOff
 
-Each delta is logged at DEBUG as delta-logger logs it (``Updated Pod ns/name
-rv=12``). Build: ``guest-sdk/python/build plugins/crashloop-report OUT.wasm``.
+Each delta is logged at DEBUG as delta-logger logs it, an update with the
+resourceVersion of its previous state (``Updated Pod ns/name rv=12 (was
+rv=11)``). Build: ``guest-sdk/python/build plugins/crashloop-report OUT.wasm``.
 """
 
 import kinformer
@@ -34,7 +35,10 @@ class CrashLoopReport(kinformer.Handler):
 
     def handle(self, delta):
         initial = " (initial list)" if delta.is_initial_list else ""
-        kinformer.debug(f"{delta.type} {delta.gvk.kind} {delta.key} rv={delta.resource_version}{initial}")
+        # An update's previous state, fetched from the host only when read.
+        old = delta.old_value
+        previous = f" (was rv={old['metadata']['resourceVersion']})" if old else ""
+        kinformer.debug(f"{delta.type} {delta.gvk.kind} {delta.key} rv={delta.resource_version}{previous}{initial}")
         deployment = deployment_of(delta.namespace, delta.value)
         if deployment is None:
             return

@@ -9,7 +9,8 @@
 //     INFO node node-3: 4 pods request 800m CPU, within the budget of 1000m
 //
 // Config: `millicpu=N`, the budget per node (default 4000). Each delta is also
-// logged at DEBUG as delta-logger logs it (`Updated Pod ns/name rv=12`).
+// logged at DEBUG as delta-logger logs it, an update with the resourceVersion
+// of its previous state (`Updated Pod ns/name rv=12 (was rv=9)`).
 // Build: `guest-sdk/js/build plugins/node-budget OUT.wasm`.
 
 import { Gvk, Handler, PluginError, Registration, byIndex, debug, info, plugin, warn } from "./kinformer.js";
@@ -33,7 +34,10 @@ class NodeBudget extends Handler {
 
   handle(delta) {
     const initial = delta.isInitialList ? " (initial list)" : "";
-    debug(`${delta.type} ${delta.gvk.kind} ${delta.key} rv=${delta.resourceVersion}${initial}`);
+    // An update's previous state, fetched from the host only when read.
+    const was = delta.oldValue?.metadata?.resourceVersion;
+    const previous = was === undefined ? "" : ` (was rv=${was})`;
+    debug(`${delta.type} ${delta.gvk.kind} ${delta.key} rv=${delta.resourceVersion}${previous}${initial}`);
     const node = delta.value.spec?.nodeName;
     if (!node) return;
     const pods = byIndex(PODS, "node", node);

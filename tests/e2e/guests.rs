@@ -104,6 +104,34 @@ fn reports_crash_loop(line: &str, namespace: &str, pod: &str) -> bool {
         && line.ends_with(&format!(" pods in CrashLoopBackOff: {pod} (7 restarts)"))
 }
 
+/// Every update the plugin logged names its old state (`Updated Pod ns/name
+/// rv=12 (was rv=11)`), which the plugin asked the host for while handling
+/// it: an earlier state of that very object on the server.
+fn assert_updates_name_their_old_state(server: &ApiServer, logs: &Logs, plugin: &str) {
+    let changes = pod_changes(server, None);
+    let mut updates = 0;
+    for line in logs.of(plugin) {
+        let Some(logged) = Logged::parse_delta_logger(&line).filter(|logged| logged.delta == "Updated") else {
+            continue;
+        };
+        let was: u64 = line
+            .split_once(" (was rv=")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .and_then(|(rv, _)| rv.parse().ok())
+            .unwrap_or_else(|| panic!("{plugin} logged an update without its old state: {line}"));
+        let earlier = changes
+            .get(&logged.key)
+            .is_some_and(|states| states.iter().any(|(_, rv)| *rv == was && was < logged.rv));
+        assert!(
+            earlier,
+            "{plugin}: {line}: rv {was} is no earlier state of {}",
+            logged.key
+        );
+        updates += 1;
+    }
+    assert!(updates > 0, "{plugin} logged no update");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_plugins_record_what_the_server_did_and_see_only_their_grant() {
     let dir = tempfile::tempdir().unwrap();
@@ -166,6 +194,7 @@ async fn python_plugins_record_what_the_server_did_and_see_only_their_grant() {
         "{granted_reports:#?}"
     );
     for plugin in ["all", "ns-0"] {
+        assert_updates_name_their_old_state(&server, &logs, plugin);
         let status = status(&statuses, plugin);
         assert!(status.refused.is_empty(), "{status:#?}");
         assert_eq!((status.traps, status.errors, status.restarts), (0, 0, 0), "{status:#?}");
@@ -267,6 +296,7 @@ async fn javascript_plugins_record_what_the_server_did_and_see_only_their_grant(
         assert_eq!(words[5], format!("{}m", pods * 200), "{line}");
     }
     for plugin in ["all", "ns-1"] {
+        assert_updates_name_their_old_state(&server, &logs, plugin);
         let status = status(&statuses, plugin);
         assert!(status.refused.is_empty(), "{status:#?}");
         assert_eq!((status.traps, status.errors, status.restarts), (0, 0, 0), "{status:#?}");

@@ -3,7 +3,7 @@ controllers that run as WebAssembly components.
 
 A plugin is a subclass of :class:`Handler`, exported as the component's world
 with :func:`plugin`, and built with ``componentize-py`` against the ``plugin``
-world of kinformer's ``wit/`` (or ``writer``, to write to the cluster)::
+world of kinformer's ``wit/0.2.0/`` (or ``writer``, to write to the cluster)::
 
     import kinformer
     from kinformer import Gvk, Registration
@@ -65,6 +65,11 @@ import wit_world as _world
 from wit_world.imports import cache as _cache
 from wit_world.imports import log as _log
 from wit_world.imports import types as _types
+
+try:
+    from wit_world.imports import deltas as _deltas
+except ImportError:  # built for the `controller` world, which takes no deltas
+    _deltas = None
 
 __all__ = [
     "Handler", "Delta", "Gvk", "Registration", "ObjectList", "PluginError", "CacheError",
@@ -158,81 +163,146 @@ _DELTA_TYPES = {
 }
 
 
+# The number of the batch handled last, counted from 1. The host answers
+# for the old objects of that batch alone.
+_batch = 0
+
+# What a delta's old object is until asked for: ``None`` is an answer.
+_UNREAD = object()
+
+
+class _Batch:
+    """What the deltas of one batch share: its number, its resource type and
+    the bytes of their texts, end to end."""
+
+    __slots__ = ("number", "gvk", "text")
+
+    def __init__(self, number, gvk, text):
+        self.number = number
+        self.gvk = gvk
+        self.text = text
+
+
+def _deltas_of(batch):
+    """The deltas of a batch as the host lays it out: their texts end to end,
+    their old objects left on the host until asked for."""
+    global _batch
+    _batch += 1
+    shared = _Batch(_batch, batch.gvk, batch.text)
+    deltas = []
+    at = 0
+    for index, entry in enumerate(batch.deltas):
+        deltas.append(Delta(shared, index, entry, at))
+        at += entry.key_len + entry.resource_version_len + entry.object_len
+    return deltas
+
+
 class Delta:
-    """One change to one object. The object's JSON is parsed on first use of
-    :attr:`value` (or :attr:`old_value`), and only then."""
+    """One change to one object. Its texts are read from the batch's bytes on
+    first use, its JSON parsed on first use of :attr:`value` (or
+    :attr:`old_value`), and only then."""
 
-    __slots__ = ("_delta", "_gvk", "_value", "_old_value")
+    __slots__ = (
+        "_batch", "_index", "_entry", "_at", "_gvk", "_key", "_resource_version", "_json",
+        "_old_json", "_value", "_old_value",
+    )
 
-    def __init__(self, delta):
-        self._delta = delta
+    def __init__(self, batch, index, entry, at):
+        self._batch = batch
+        self._index = index
+        self._entry = entry
+        # Where the delta's texts start in the batch's bytes: its key, then
+        # its resourceVersion, then its object.
+        self._at = at
         self._gvk = None
+        self._key = None
+        self._resource_version = None
+        self._json = None
+        self._old_json = _UNREAD
         self._value = None
         self._old_value = None
+
+    def _text(self, start, length):
+        start += self._at
+        return self._batch.text[start : start + length].decode()
 
     @property
     def type(self):
         """``Added``, ``Updated``, ``Deleted``, ``Replaced`` or ``Sync``, as
         client-go names them."""
-        return _DELTA_TYPES[self._delta.type]
+        return _DELTA_TYPES[self._entry.type]
 
     @property
     def gvk(self):
         """The object's resource type."""
         if self._gvk is None:
-            gvk = self._delta.gvk
+            gvk = self._batch.gvk
             self._gvk = Gvk(gvk.group, gvk.version, gvk.kind)
         return self._gvk
 
     @property
     def key(self):
         """``namespace/name``, or ``name`` for cluster-scoped objects."""
-        return self._delta.key
+        if self._key is None:
+            self._key = self._text(0, self._entry.key_len)
+        return self._key
 
     @property
     def namespace(self):
         """The object's namespace; ``""`` for cluster-scoped objects."""
-        namespace, _, name = self._delta.key.rpartition("/")
+        namespace, _, name = self.key.rpartition("/")
         return namespace
 
     @property
     def name(self):
         """The object's name."""
-        return self._delta.key.rpartition("/")[2]
+        return self.key.rpartition("/")[2]
 
     @property
     def resource_version(self):
         """The object's ``metadata.resourceVersion`` in this state."""
-        return self._delta.resource_version
+        if self._resource_version is None:
+            entry = self._entry
+            self._resource_version = self._text(entry.key_len, entry.resource_version_len)
+        return self._resource_version
 
     @property
     def is_initial_list(self):
         """True for the deltas of the initial list a fresh instance receives."""
-        return self._delta.initial_list
+        return self._entry.initial_list
 
     @property
     def json(self):
         """The object as JSON text: the new state, or the last known one for
         ``Deleted``."""
-        return self._delta.object
+        if self._json is None:
+            entry = self._entry
+            self._json = self._text(entry.key_len + entry.resource_version_len, entry.object_len)
+        return self._json
 
     @property
     def old_json(self):
-        """The previous state as JSON text, for ``Updated`` only."""
-        return self._delta.old_object
+        """The previous state as JSON text, for ``Updated`` only. The host
+        sends it when first asked for: read it while handling the delta's
+        batch. A delta kept past that answers ``None``, unless it was read
+        before."""
+        if self._old_json is _UNREAD:
+            current = self._batch.number == _batch
+            self._old_json = _deltas.old_object(self._index) if self._entry.has_old_object and current else None
+        return self._old_json
 
     @property
     def value(self):
         """The object, parsed (once) into dicts and lists."""
         if self._value is None:
-            self._value = json.loads(self._delta.object)
+            self._value = json.loads(self.json)
         return self._value
 
     @property
     def old_value(self):
         """The previous state, parsed, for ``Updated``; else ``None``."""
-        if self._old_value is None and self._delta.old_object is not None:
-            self._old_value = json.loads(self._delta.old_object)
+        if self._old_value is None and self.old_json is not None:
+            self._old_value = json.loads(self.old_json)
         return self._old_value
 
     def __repr__(self):
@@ -424,7 +494,7 @@ def plugin(handler_class):
         def handle(self, batch):
             handler = _running(state, "handle")
             try:
-                handler.handle_batch([Delta(delta) for delta in batch])
+                handler.handle_batch(_deltas_of(batch))
             except PluginError as exception:
                 raise _err(exception) from None
 
