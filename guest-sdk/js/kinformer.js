@@ -50,12 +50,11 @@
 //
 // Writers and controllers write through `cluster`, as far as the operator's
 // grant allows. The build writes `kinformer-world.js` beside this module: the
-// world it builds for, and its `cluster` and `deltas` interfaces when the
-// world has them.
+// world it builds for, and its `cluster` interface when the world has one.
 
 import * as cache from "kinformer:plugin/cache@0.1.0";
 import { log } from "kinformer:plugin/log@0.1.0";
-import { cluster as clusterImports, deltas as deltaImports, getEnvironment, world as builtFor } from "./kinformer-world.js";
+import { cluster as clusterImports, getEnvironment, world as builtFor } from "./kinformer-world.js";
 
 // `process.env`: the plugin's environment (the manifest's `[env]`), read when
 // it is used, never at build time (the build runs the module once).
@@ -129,133 +128,76 @@ export class Registration {
 
 const DELTA_TYPES = { added: "Added", updated: "Updated", deleted: "Deleted", replaced: "Replaced", sync: "Sync" };
 
-const utf8 = new TextDecoder();
-
-// The number of the batch being handled: the host answers for the old objects
-// of this batch's updates only, while its `handle` call runs.
-let currentBatch = 0;
-
-/**
- * One change to one object. Its texts stay in the batch's bytes until read:
- * `key`, `resourceVersion` and `json` are decoded on first use, and the JSON
- * is parsed on the first read of `value`, and only then. An update's previous
- * state stays on the host until `oldJson` (or `oldValue`) asks for it: read it
- * while handling the delta's batch; a delta kept past that answers
- * `undefined`, unless it was read before.
- */
+/** One change to one object. Its JSON is parsed on the first read of `value` (or `oldValue`), and only then. */
 export class Delta {
-  #batch;
-  #entry;
-  #index;
-  #offset;
-  #key;
-  #resourceVersion;
-  #json;
-  #oldJson;
+  #delta;
   #value;
   #oldValue;
 
-  /**
-   * The delta at `index` of a batch (`{ number, gvk, text }`, its texts as
-   * UTF-8 bytes), described by its `entry`, its texts starting at `offset`.
-   */
-  constructor(batch, entry, index, offset) {
-    this.#batch = batch;
-    this.#entry = entry;
-    this.#index = index;
-    this.#offset = offset;
-  }
-
-  /** The text `len` bytes long, `skip` bytes after the delta's first. */
-  #text(skip, len) {
-    const start = this.#offset + skip;
-    return utf8.decode(this.#batch.text.subarray(start, start + len));
+  constructor(delta) {
+    this.#delta = delta;
   }
 
   /** `Added`, `Updated`, `Deleted`, `Replaced` or `Sync`, as client-go names them. */
   get type() {
-    return DELTA_TYPES[this.#entry.type];
+    return DELTA_TYPES[this.#delta.type];
   }
 
   /** The object's resource type. */
   get gvk() {
-    const { group, version, kind } = this.#batch.gvk;
+    const { group, version, kind } = this.#delta.gvk;
     return new Gvk(group, version, kind);
   }
 
   /** `namespace/name`, or `name` for cluster-scoped objects. */
   get key() {
-    this.#key ??= this.#text(0, this.#entry.keyLen);
-    return this.#key;
+    return this.#delta.key;
   }
 
   /** The object's namespace; `""` for cluster-scoped objects. */
   get namespace() {
-    const slash = this.key.lastIndexOf("/");
-    return slash < 0 ? "" : this.key.slice(0, slash);
+    const slash = this.#delta.key.lastIndexOf("/");
+    return slash < 0 ? "" : this.#delta.key.slice(0, slash);
   }
 
   /** The object's name. */
   get name() {
-    return this.key.slice(this.key.lastIndexOf("/") + 1);
+    return this.#delta.key.slice(this.#delta.key.lastIndexOf("/") + 1);
   }
 
   /** The object's `metadata.resourceVersion` in this state. */
   get resourceVersion() {
-    const { keyLen, resourceVersionLen } = this.#entry;
-    this.#resourceVersion ??= this.#text(keyLen, resourceVersionLen);
-    return this.#resourceVersion;
+    return this.#delta.resourceVersion;
   }
 
   /** True for the deltas of the initial list a fresh instance receives. */
   get isInitialList() {
-    return this.#entry.initialList;
+    return this.#delta.initialList;
   }
 
   /** The object as JSON text: the new state, or the last known one for `Deleted`. */
   get json() {
-    const { keyLen, resourceVersionLen, objectLen } = this.#entry;
-    this.#json ??= this.#text(keyLen + resourceVersionLen, objectLen);
-    return this.#json;
+    return this.#delta.object;
   }
 
-  /**
-   * The previous state as JSON text, for `Updated` only; asked of the host
-   * on first use, which answers while the delta's batch is being handled.
-   */
+  /** The previous state as JSON text, for `Updated` only. */
   get oldJson() {
-    if (this.#oldJson === undefined) {
-      const onHost = this.#entry.hasOldObject && this.#batch.number === currentBatch;
-      this.#oldJson = (onHost ? deltaImports.oldObject(this.#index) : undefined) ?? null;
-    }
-    return this.#oldJson ?? undefined;
+    return this.#delta.oldObject;
   }
 
   /** The object, parsed once. */
   get value() {
-    this.#value ??= JSON.parse(this.json);
+    this.#value ??= JSON.parse(this.#delta.object);
     return this.#value;
   }
 
   /** The previous state, parsed, for `Updated`; else `undefined`. */
   get oldValue() {
-    if (this.#oldValue === undefined && this.oldJson !== undefined) {
-      this.#oldValue = JSON.parse(this.oldJson);
+    if (this.#oldValue === undefined && this.#delta.oldObject != null) {
+      this.#oldValue = JSON.parse(this.#delta.oldObject);
     }
     return this.#oldValue;
   }
-}
-
-/** The deltas of a batch as the host lays it out: their texts end to end, their old objects left on the host. */
-function deltasOf(batch) {
-  currentBatch += 1;
-  const shared = { number: currentBatch, gvk: batch.gvk, text: batch.text };
-  let offset = 0;
-  return batch.deltas.map((entry, index) => {
-    const delta = new Delta(shared, entry, index, offset);
-    offset += entry.keyLen + entry.resourceVersionLen + entry.objectLen;
-    return delta;
-  });
 }
 
 /** An error a plugin returns to the host. */
@@ -407,7 +349,7 @@ export function plugin(HandlerClass) {
       if (handler === undefined) throw { message: "handle called before a successful init" };
       let result;
       try {
-        result = handler.handleBatch(deltasOf(batch));
+        result = handler.handleBatch(batch.map((delta) => new Delta(delta)));
       } catch (thrown) {
         throw asError(thrown);
       }

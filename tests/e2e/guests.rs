@@ -328,3 +328,56 @@ fn a_python_syntax_error_is_reported_as_python_says_it_at_the_file_s_path() {
         "{said}"
     );
 }
+
+/// A plugin in each language handles thousands of 8 KB updates, one call
+/// each, in memory that stays flat: whatever a batch crossing into it leaves
+/// behind would grow it by about a batch's size every call until it traps at
+/// its limit.
+#[test]
+fn a_guest_plugin_s_memory_stays_flat_over_thousands_of_batches() {
+    use std::sync::Arc;
+
+    use kinformer::caches::Caches;
+    use kinformer::delta::Delta;
+    use kinformer::plugin::{PluginEngine, PluginOptions};
+    use kube::api::GroupVersionKind;
+
+    let engine = PluginEngine::new().unwrap();
+    let gvk = Arc::new(GroupVersionKind::gvk("", "v1", "Pod"));
+    let filler = "x".repeat(8000);
+    let pod = |rv: usize| {
+        kinformer_tests::object(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-0", "namespace": "shop", "resourceVersion": rv.to_string(),
+                         "annotations": {"filler": filler}}
+        }))
+    };
+    for language in [Language::Python, Language::JavaScript] {
+        let source = kinformer_tests::guest::root().join(match language {
+            Language::Python => "bench/plugins/noop-py",
+            Language::JavaScript => "bench/plugins/noop-js",
+        });
+        let bytes = kinformer_tests::guest::component(language, World::Plugin, &source);
+        let mut instance = engine
+            .load_bytes("noop", &bytes)
+            .unwrap()
+            .instantiate(Caches::new(), PluginOptions::default())
+            .unwrap();
+        instance.init("noop").unwrap();
+        let mut old = pod(0);
+        let mut memory_at = BTreeMap::new();
+        for rv in 1..=4000 {
+            let new = pod(rv);
+            instance
+                .handle(&[Delta::updated(gvk.clone(), old, new.clone())])
+                .unwrap();
+            old = new;
+            if rv % 1000 == 0 {
+                memory_at.insert(rv, instance.memory_bytes());
+            }
+        }
+        // 3,000 calls leaving 8 KB each behind would be 24 MB.
+        let growth = memory_at[&4000].saturating_sub(memory_at[&1000]);
+        assert!(growth < 8 << 20, "{language:?}: linear memory by call: {memory_at:?}");
+    }
+}
