@@ -391,7 +391,16 @@ fn the_oci_sidecar_publishes_each_version_by_renames_and_drops_what_left() {
         .spawn()
         .unwrap();
     wait_for(&[("a.toml", "config = 1"), ("a.wasm", "one"), ("b.wasm", "two")]);
-    assert!(d.join("sync/ready").exists(), "the startup probe's file");
+    // The sidecar touches the startup probe's file once the first version
+    // is in place: just after its last rename.
+    let started = std::time::Instant::now();
+    while !d.join("sync/ready").exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the startup probe's file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let modified = |name: &str| {
         std::fs::metadata(d.join("plugins").join(name))
             .unwrap()
