@@ -33,8 +33,9 @@ pub(super) enum Exports {
 pub(super) struct Handler {
     init: TypedFunc<(&'static str,), InitResults>,
     handle: HandleFunc,
-    /// The texts of a 0.2.0 batch, kept to be filled again.
+    /// The texts and entries of a 0.2.0 batch, kept to be filled again.
     text: Vec<u8>,
+    entries: Vec<EntryRef>,
 }
 
 /// `handle`, as the component's world version lays out its batch.
@@ -75,6 +76,7 @@ impl Handler {
             init,
             handle,
             text: Vec::new(),
+            entries: Vec::new(),
         })
     }
 
@@ -107,13 +109,15 @@ impl Handler {
                 let runs = batch.chunk_by(|a, b| Arc::ptr_eq(&a.gvk, &b.gvk) || a.gvk == b.gvk);
                 for run in runs.chain(batch.is_empty().then_some(batch)) {
                     self.text.clear();
-                    let deltas: Vec<EntryRef> = run.iter().map(|delta| EntryRef::of(delta, &mut self.text)).collect();
+                    self.entries.clear();
+                    (self.entries).extend(run.iter().map(|delta| EntryRef::of(delta, &mut self.text)));
                     let lean = LeanBatch {
                         gvk: run.first().map_or(GvkRef::NONE, |delta| GvkRef::of(&delta.gvk)),
                         text: &self.text,
-                        deltas: &deltas,
+                        deltas: &self.entries,
                     };
-                    store.data_mut().old_objects = run.iter().map(|delta| delta.old.clone()).collect();
+                    // Emptied after every call, so its room is reused.
+                    (store.data_mut().old_objects).extend(run.iter().map(|delta| delta.old.clone()));
                     let handle: TypedFunc<LeanParams<'_>, HandleResults> = handle;
                     let outcome = handle.call(&mut *store, (lean,));
                     store.data_mut().old_objects.clear();
