@@ -353,20 +353,20 @@ fn the_oci_sidecar_publishes_each_version_by_renames_and_drops_what_left() {
         files.sort();
         files
     };
+    // Polls until `done`, for at most 10 s; `failure` says what was seen.
+    let until = |done: &dyn Fn() -> bool, failure: &dyn Fn() -> String| {
+        let started = std::time::Instant::now();
+        while !done() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "{}", failure());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
     let wait_for = |expected: &[(&str, &str)]| {
         let expected: Vec<(String, String)> = expected
             .iter()
             .map(|(name, text)| ((*name).to_owned(), (*text).to_owned()))
             .collect();
-        let started = std::time::Instant::now();
-        while plugins() != expected {
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(10),
-                "{:?}",
-                plugins()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        until(&|| plugins() == expected, &|| format!("{:?}", plugins()));
     };
 
     publish(
@@ -393,14 +393,9 @@ fn the_oci_sidecar_publishes_each_version_by_renames_and_drops_what_left() {
     wait_for(&[("a.toml", "config = 1"), ("a.wasm", "one"), ("b.wasm", "two")]);
     // The sidecar touches the startup probe's file once the first version
     // is in place: just after its last rename.
-    let started = std::time::Instant::now();
-    while !d.join("sync/ready").exists() {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(10),
-            "the startup probe's file"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    until(&|| d.join("sync/ready").exists(), &|| {
+        "the startup probe's file".to_owned()
+    });
     let modified = |name: &str| {
         std::fs::metadata(d.join("plugins").join(name))
             .unwrap()

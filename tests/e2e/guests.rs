@@ -339,10 +339,9 @@ fn a_guest_plugin_s_memory_stays_flat_over_thousands_of_batches() {
 
     use kinformer::caches::Caches;
     use kinformer::delta::Delta;
-    use kinformer::plugin::{PluginEngine, PluginOptions};
+    use kinformer::plugin::PluginOptions;
     use kube::api::GroupVersionKind;
 
-    let engine = PluginEngine::new().unwrap();
     let gvk = Arc::new(GroupVersionKind::gvk("", "v1", "Pod"));
     let filler = "x".repeat(8000);
     let pod = |rv: usize| {
@@ -358,7 +357,7 @@ fn a_guest_plugin_s_memory_stays_flat_over_thousands_of_batches() {
             Language::JavaScript => "bench/plugins/noop-js",
         });
         let bytes = kinformer_tests::guest::component(language, World::Plugin, &source);
-        let mut instance = engine
+        let mut instance = kinformer_tests::engine()
             .load_bytes("noop", &bytes)
             .unwrap()
             .instantiate(Caches::new(), PluginOptions::default())
