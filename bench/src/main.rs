@@ -35,7 +35,7 @@ struct Cli {
     /// Repetitions per measurement (medians are reported, with min and max).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// Only these rows (1-13).
+    /// Only these rows (1-14).
     #[arg(long, value_delimiter = ',')]
     rows: Vec<u8>,
     /// The large component row 10 compiles (default: the Python example

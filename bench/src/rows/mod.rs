@@ -9,6 +9,7 @@ mod outbound;
 mod query;
 mod reload;
 mod sync;
+mod wakeups;
 mod writes;
 
 use crate::table::Table;
@@ -145,6 +146,9 @@ pub(crate) async fn run(
     if wanted(13) {
         outbound::row(&mut table, sizes, repeat).await?;
     }
+    if wanted(14) {
+        wakeups::row(&mut table, sizes, repeat).await?;
+    }
     Ok(table)
 }
 
@@ -157,8 +161,8 @@ mod tests {
     use crate::consumers::{Side, Work, consumer};
     use crate::controllers::PodController;
 
-    /// The churn consumers, the controllers, the query, isolation and write
-    /// rows at toy sizes: they run, and what they compare agrees (the query row
+    /// The churn consumers, the controllers, the query, isolation, write and
+    /// wakeup rows at toy sizes: they run, and what they compare agrees (the query row
     /// checks the plugin's answer against the native scan's; each controller
     /// reconciles every pod, then at least once per pod changed).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,7 +225,9 @@ mod tests {
         isolation::row(&mut table, &sizes, 1).await.unwrap();
         // Each side checks that its last patch is on the server.
         writes::row(&mut table, &sizes, 1).await.unwrap();
-        assert_eq!(table.lines().len(), 3 + 1 + 1);
+        // Every plugin handles every delta, or the row fails.
+        wakeups::row(&mut table, &sizes, 1).await.unwrap();
+        assert_eq!(table.lines().len(), 3 + 1 + 1 + 2);
         assert!(
             table.lines().iter().all(|line| !line.ours.contains("NaN")),
             "{:?}",
