@@ -16,14 +16,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use kinformer::caches::Caches;
 use kinformer::delta::Delta;
-use kinformer::object::CachedObject;
 use kinformer::plugin::PluginOptions;
 use kinformer::runtime::Runtime;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::Child;
-use crate::cluster::{client_for, pods_gvk, realistic_pods};
+use crate::cluster::{cached_realistic_pods, client_for, pods_gvk};
 use crate::consumers::{Consumer, Language, Side, Work, consumer, probes, synced_cache};
 use crate::controllers::PodController;
 use crate::table::Samples;
@@ -324,12 +323,10 @@ pub(crate) fn start_instances(
         ..kinformer::limits::Limits::default()
     };
     let gvk = Arc::new(pods_gvk());
-    let transform = kinformer::object::Transform::default();
-    let mut batch = Vec::new();
-    for pod in realistic_pods(limits.max_batch)?.iter().take(limits.max_batch) {
-        let object = Arc::new(CachedObject::from_json(std::str::from_utf8(&pod.json)?)?.transformed(&transform)?);
-        batch.push(Delta::updated(Arc::clone(&gvk), Arc::clone(&object), object));
-    }
+    let batch: Vec<Delta> = cached_realistic_pods(limits.max_batch)?
+        .into_iter()
+        .map(|object| Delta::updated(Arc::clone(&gvk), Arc::clone(&object), object))
+        .collect();
     let start = || {
         let mut instance = component.instantiate(Caches::new(), PluginOptions::with_limits(limits))?;
         instance.init(config)?;

@@ -69,6 +69,21 @@ pub(crate) fn realistic_pods(pods: usize) -> anyhow::Result<Vec<Arc<StoredObject
     pods_in(&store)
 }
 
+/// `pods` realistic pods as kinformer's cache holds them: parsed, and
+/// transformed as the cache's default transform does.
+pub(crate) fn cached_realistic_pods(pods: usize) -> anyhow::Result<Vec<Arc<kinformer::object::CachedObject>>> {
+    let transform = kinformer::object::Transform::default();
+    realistic_pods(pods)?
+        .iter()
+        .take(pods)
+        .map(|pod| {
+            let json = std::str::from_utf8(&pod.json)?;
+            let object = kinformer::object::CachedObject::from_json(json)?.transformed(&transform)?;
+            Ok(Arc::new(object))
+        })
+        .collect()
+}
+
 /// The pods as the server holds them, with the JSON it serves.
 pub(crate) fn served_pods(server: &ApiServer) -> anyhow::Result<Vec<Arc<StoredObject>>> {
     pods_in(server.store())

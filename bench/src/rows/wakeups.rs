@@ -14,17 +14,16 @@ use anyhow::Context as _;
 use kinformer::caches::Caches;
 use kinformer::delta::Delta;
 use kinformer::limits::Limits;
-use kinformer::object::{CachedObject, Transform};
 use kinformer::plugin::{EngineOptions, PluginComponent, PluginEngine, PluginInstance, PluginOptions};
 use kinformer::processor::{Listener, ListenerOptions, SharedProcessor};
 
 use crate::child::cpu_seconds;
-use crate::cluster::{pods_gvk, realistic_pods};
+use crate::cluster::{cached_realistic_pods, pods_gvk};
 use crate::consumers::{compile_cache, probe};
 use crate::rows::Sizes;
 use crate::table::{Samples, Table, Unit};
 
-/// Pods whose updates are handed out, two states each.
+/// Pods whose updates are handed out, two states each, at most.
 const PODS: usize = 100;
 
 /// How long a plugin waits for its next delta before the run is taken as failed.
@@ -78,7 +77,8 @@ fn measure(updates: usize, rate: f64, repeat: usize) -> anyhow::Result<[Samples;
         ..EngineOptions::default()
     })?;
     let component = engine.load_bytes("probe", probe())?;
-    let deltas = updates_of_realistic_pods()?;
+    // Every state is handed out at least twice, so each run goes round them.
+    let deltas = updates_of_realistic_pods((updates / 4).clamp(1, PODS))?;
     let mut measured: [Samples; 3] = Default::default();
     for _ in 0..repeat {
         for (samples, plugins, calls) in [
@@ -92,27 +92,19 @@ fn measure(updates: usize, rate: f64, repeat: usize) -> anyhow::Result<[Samples;
     Ok(measured)
 }
 
-/// Updates that alternate between two states of each of [`PODS`] realistic
-/// pods, so a listener hands every one out.
-fn updates_of_realistic_pods() -> anyhow::Result<Vec<Delta>> {
+/// Updates that alternate between two states of each of `pods` realistic
+/// pods, so a listener hands every one out, round after round.
+fn updates_of_realistic_pods(pods: usize) -> anyhow::Result<Vec<Delta>> {
     let gvk = Arc::new(pods_gvk());
-    let transform = Transform::default();
-    let state = |json: &str| -> anyhow::Result<Arc<CachedObject>> {
-        Ok(Arc::new(CachedObject::from_json(json)?.transformed(&transform)?))
-    };
-    let (mut there, mut back) = (Vec::with_capacity(2 * PODS), Vec::with_capacity(PODS));
-    for pod in realistic_pods(PODS)?.iter().take(PODS) {
-        let json = std::str::from_utf8(&pod.json)?;
-        let (first, second) = (state(json)?, state(json)?);
-        there.push(Delta::updated(
-            Arc::clone(&gvk),
-            Arc::clone(&second),
-            Arc::clone(&first),
-        ));
-        back.push(Delta::updated(Arc::clone(&gvk), first, second));
-    }
-    there.extend(back);
-    Ok(there)
+    let firsts = cached_realistic_pods(pods)?;
+    // The same pods again, each a state of its own.
+    let seconds: Vec<_> = firsts.iter().map(|first| Arc::new((**first).clone())).collect();
+    let there = firsts.iter().zip(&seconds).map(|(first, second)| (second, first));
+    let back = firsts.iter().zip(&seconds);
+    Ok(there
+        .chain(back)
+        .map(|(old, new)| Delta::updated(Arc::clone(&gvk), Arc::clone(old), Arc::clone(new)))
+        .collect())
 }
 
 /// Hands `updates` deltas to `plugins` fresh instances at `rate` per second;
@@ -179,12 +171,13 @@ fn serve(
 ) -> anyhow::Result<()> {
     let mut handled = vec![0; consumers.len()];
     while handled.iter().any(|&count| count < updates) {
-        let (_, last) = consumers.last_mut().context("no plugins")?;
-        let next = runtime.block_on(async { tokio::time::timeout(QUIET, last.next_batch(1)).await });
-        let batch = next.with_context(|| format!("no delta for {QUIET:?}: {handled:?} of {updates} handled"))?;
-        let mut ready = batch.map(|batch| (consumers.len() - 1, batch));
+        let last = consumers.len().checked_sub(1).context("no plugins")?;
+        let (_, listener) = &mut consumers[last];
+        let next = runtime.block_on(async { tokio::time::timeout(QUIET, listener.next_batch(1)).await });
+        let next = next.with_context(|| format!("no delta for {QUIET:?}: {handled:?} of {updates} handled"))?;
+        let mut waited = Some(next.context("the processor removed the listener")?);
         for (at, (instance, listener)) in consumers.iter_mut().enumerate() {
-            let mut next = ready.take_if(|(from, _)| *from == at).map(|(_, batch)| batch);
+            let mut next = if at == last { waited.take() } else { None };
             while let Some(batch) = next.take().or_else(|| listener.try_next_batch(1)) {
                 instance.handle(&batch)?;
                 handled[at] += batch.len();
