@@ -1,10 +1,10 @@
-//! Row 14: what a plugin's own thread costs per delta, against calling several
-//! plugins from one thread. Ten instances of the no-op probe are handed the same
-//! paced updates of realistic pods through listeners of one shared processor,
-//! as an informer hands them out: from ten threads, each woken per delta as a
-//! plugin's worker is, and from one thread that calls the ten one after the
-//! other (the most that running plugins as tasks of a pool could save); one
-//! instance on its own thread is the baseline. No cluster and no decoding: the
+//! Row 14: what a thread per plugin would cost per delta, against calling
+//! several plugins from one thread, as the plugins' pool does. Ten instances of
+//! the no-op probe are handed the same paced updates of realistic pods through
+//! listeners of one shared processor, as an informer hands them out: from ten
+//! threads, each woken per delta, and from one thread that calls the ten one
+//! after the other (what the pool does with short calls); one instance on its
+//! own thread is the baseline. No cluster and no decoding: the
 //! process's CPU time is the handoff and the calls.
 
 use std::sync::Arc;
@@ -54,9 +54,9 @@ pub(super) async fn row(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyh
     for (ten, how) in [
         (
             &own,
-            "each on its own thread, woken per delta (as the workers run them)",
+            "each on its own thread, woken per delta (a thread per plugin)",
         ),
-        (&shared, "called one after the other on one thread (a pool's best)"),
+        (&shared, "called one after the other on one thread (as the plugins' pool)"),
     ] {
         table.add(
             format!("14. handoff and calls only: CPU per change, 10 no-op plugins {how} (vs 1 on its own thread)"),
@@ -162,8 +162,10 @@ fn run(
 
 /// Calls each plugin with every delta its listener hands out until each has
 /// handled `updates`, waiting as a plugin's worker does when none is ready.
-/// The processor fills its listeners in order: once the last has a delta,
-/// every one has it.
+/// It waits on a plugin that has handled the fewest, the last of them: a
+/// delta reaches the listeners one after the other, so while they are drained
+/// a later listener may get a delta that an earlier one gets only after its
+/// turn. Only one that is behind is sure to get another.
 fn serve(
     runtime: &tokio::runtime::Handle,
     mut consumers: Vec<(PluginInstance, Listener)>,
@@ -171,13 +173,16 @@ fn serve(
 ) -> anyhow::Result<()> {
     let mut handled = vec![0; consumers.len()];
     while handled.iter().any(|&count| count < updates) {
-        let last = consumers.len().checked_sub(1).context("no plugins")?;
-        let (_, listener) = &mut consumers[last];
+        let behind = (0..handled.len())
+            .rev()
+            .min_by_key(|&at| handled[at])
+            .context("no plugins")?;
+        let (_, listener) = &mut consumers[behind];
         let next = runtime.block_on(async { tokio::time::timeout(QUIET, listener.next_batch(1)).await });
         let next = next.with_context(|| format!("no delta for {QUIET:?}: {handled:?} of {updates} handled"))?;
         let mut waited = Some(next.context("the processor removed the listener")?);
         for (at, (instance, listener)) in consumers.iter_mut().enumerate() {
-            let mut next = if at == last { waited.take() } else { None };
+            let mut next = if at == behind { waited.take() } else { None };
             while let Some(batch) = next.take().or_else(|| listener.try_next_batch(1)) {
                 instance.handle(&batch)?;
                 handled[at] += batch.len();

@@ -155,6 +155,8 @@ impl Cluster {
         runtime.spawn(async move {
             let _ = answer.send(write.await);
         });
+        // A plugin's thread: the other plugins go on meanwhile.
+        crate::runtime::pool::leave();
         answered
             .blocking_recv()
             .unwrap_or_else(|_| Err(WriteError::Unavailable("the host is shutting down".into())))

@@ -477,6 +477,7 @@ impl PluginInstance {
         }
         let state = self.store.data_mut();
         if let Some(pause) = state.budget.start(Instant::now()) {
+            crate::runtime::pool::leave();
             std::thread::sleep(pause);
             state
                 .budget

@@ -58,6 +58,7 @@ mod directory;
 mod embedded;
 mod lifecycle;
 mod metrics;
+pub(crate) mod pool;
 pub mod prepare;
 mod rollout;
 mod server;
@@ -69,7 +70,6 @@ mod worker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::delta::Delta;
@@ -650,17 +650,14 @@ impl Runtime {
         });
         let _ = self.supervisor.stop.send(true);
         self.supervisor.engine.end_compiles();
-        let threads: Vec<JoinHandle<()>> = self.supervisor.take_threads();
+        let workers = self.supervisor.take_workers();
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-        for thread in threads {
-            while !thread.is_finished() && tokio::time::Instant::now() < deadline {
+        for worker in workers {
+            while !worker.is_finished() && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            if thread.is_finished() {
-                let _ = thread.join();
-            } else {
-                let name = thread.thread().name().unwrap_or("plugin").to_owned();
-                tracing::warn!(thread = %name, "a plugin worker did not stop in time; abandoned");
+            if !worker.is_finished() {
+                tracing::warn!(worker = %worker.name(), "a plugin worker did not stop in time; abandoned");
             }
         }
         if let Some(election) = election {

@@ -1,14 +1,15 @@
-//! A plugin's worker: a thread that owns the plugin's instance and serves it
-//! batches, restarts it, swaps versions and rolls back, as its [`Lifecycle`]
-//! says.
+//! A plugin's worker: a task of the plugins' [`Pool`] that owns the plugin's
+//! instance and serves it batches, restarts it, swaps versions and rolls back,
+//! as its [`Lifecycle`] says. Its calls run on the thread that polls it; the
+//! pool replaces a thread held by a long call.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::controller::Keys;
 use super::lifecycle::{Event, Lifecycle, State, retry_backoff};
+use super::pool::{Pool, TaskHandle};
 use super::rollout::{Link, Mirror, MirrorWork, Slot};
 use super::status::{PluginState, SharedStatus, update};
 use super::version::{Feed, Version};
@@ -35,13 +36,13 @@ pub(super) enum Command {
 /// The supervisor's handle on a worker.
 pub(super) struct WorkerHandle {
     pub(super) commands: tokio::sync::mpsc::UnboundedSender<Command>,
-    pub(super) thread: JoinHandle<()>,
+    pub(super) task: TaskHandle,
 }
 
 impl WorkerHandle {
     /// True while the worker takes commands.
     pub(super) fn alive(&self) -> bool {
-        !self.thread.is_finished() && !self.commands.is_closed()
+        !self.task.is_finished() && !self.commands.is_closed()
     }
 }
 
@@ -68,13 +69,12 @@ enum Delivery {
     Failed,
 }
 
-/// One plugin's worker thread.
+/// One plugin's worker.
 pub(super) struct Worker {
     name: String,
     status: SharedStatus,
     stopped: tokio::sync::watch::Receiver<bool>,
     commands: tokio::sync::mpsc::UnboundedReceiver<Command>,
-    runtime: tokio::runtime::Handle,
     live: Version,
     /// The version before the live one, for a rollback while on probation.
     previous: Option<Version>,
@@ -104,8 +104,9 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Starts the worker of `version` on its own thread.
+    /// Starts the worker of `version` as a task of `pool`.
     pub(super) fn spawn(
+        pool: &Pool,
         name: &str,
         status: &SharedStatus,
         mut version: Version,
@@ -125,7 +126,6 @@ impl Worker {
             status: Arc::clone(status),
             stopped,
             commands: received,
-            runtime: tokio::runtime::Handle::current(),
             lifecycle: Lifecycle::new(version.manifest.failures),
             instance: version.instance.take(),
             live: version,
@@ -143,26 +143,25 @@ impl Worker {
             call_failed: false,
             rolled_back: false,
         };
-        let thread = std::thread::Builder::new()
-            .name(format!("plugin-{name}"))
-            .spawn(move || worker.run())
+        let task = pool
+            .spawn(&format!("plugin-{name}"), worker.run())
             .map_err(|source| Error::Thread {
                 plugin: name.to_owned(),
                 source,
             })?;
-        Ok(WorkerHandle { commands, thread })
+        Ok(WorkerHandle { commands, task })
     }
 
     /// Serves the plugin until it is stopped or unloaded: each turn does what
     /// the state asks and steps the lifecycle with what happened.
-    fn run(mut self) {
+    async fn run(mut self) {
         self.went_live();
         self.relink();
         loop {
             let state = self.lifecycle.state();
             let event = match state {
                 State::Stopped => break,
-                State::Serving => match self.next_work(None) {
+                State::Serving => match self.next_work(None).await {
                     Work::Batch(mut batch) => match &self.keys {
                         Some(keys) => {
                             keys.enqueue(&batch);
@@ -175,7 +174,7 @@ impl Worker {
                                     continue;
                                 }
                             }
-                            match self.observed(MirrorWork::Batch(batch)) {
+                            match self.observed(MirrorWork::Batch(batch)).await {
                                 Delivery::Done => {
                                     self.gathering = true;
                                     continue;
@@ -193,7 +192,7 @@ impl Worker {
                             keys.finished(&key, Ok(None));
                             continue;
                         }
-                        match self.observed(MirrorWork::Key(key)) {
+                        match self.observed(MirrorWork::Key(key)).await {
                             Delivery::Done => continue,
                             Delivery::Stopped => Event::Stop,
                             Delivery::Failed => Event::Failed,
@@ -203,7 +202,7 @@ impl Worker {
                         Some(event) => event,
                         None => continue,
                     },
-                    Work::Mirror(mirror) => match self.shadow(mirror) {
+                    Work::Mirror(mirror) => match self.shadow(mirror).await {
                         Delivery::Done => continue,
                         Delivery::Stopped => Event::Stop,
                         Delivery::Failed => Event::Failed,
@@ -218,7 +217,7 @@ impl Worker {
                     Work::Due => continue,
                     Work::Stop => Event::Stop,
                 },
-                State::Restarting { at } => match self.next_work(Some(at)) {
+                State::Restarting { at } => match self.next_work(Some(at)).await {
                     Work::Due => self.restart(),
                     work => match self.waiting(work) {
                         Some(event) => event,
@@ -227,14 +226,14 @@ impl Worker {
                 },
                 State::RollingBack => self.roll_back(),
                 State::Quarantined => {
-                    let work = self.next_work(None);
+                    let work = self.next_work(None).await;
                     match self.waiting(work) {
                         Some(event) => event,
                         None => continue,
                     }
                 }
                 State::Draining => {
-                    self.drain();
+                    self.drain().await;
                     Event::Drained
                 }
             };
@@ -462,7 +461,7 @@ impl Worker {
     /// Makes one call (`handle` of a batch, `reconcile` of a key) as a
     /// rollout wants it: a running version with a shadow mirrors it, and
     /// either version counts how it went.
-    fn observed(&mut self, work: MirrorWork) -> Delivery {
+    async fn observed(&mut self, work: MirrorWork) -> Delivery {
         let link = self.link.clone();
         drop(self.live.take_written());
         let mirrored = link
@@ -472,7 +471,7 @@ impl Worker {
         if let Some((_, inputs)) = &mirrored {
             self.share_inputs(Some(SharedInputs::Record(Arc::clone(inputs))));
         }
-        let delivery = self.call(&work);
+        let delivery = self.call(&work).await;
         let written = self.live.take_written();
         let refusals = written.iter().filter(|write| !write.is_ok()).count();
         if let Some((sender, inputs)) = mirrored {
@@ -487,7 +486,7 @@ impl Worker {
     }
 
     /// A shadow makes the running version's call and compares the writes.
-    fn shadow(&mut self, mirror: Mirror) -> Delivery {
+    async fn shadow(&mut self, mirror: Mirror) -> Delivery {
         let Some(link) = self.link.clone() else {
             return Delivery::Done;
         };
@@ -500,15 +499,13 @@ impl Worker {
         if mirror.grant == self.live.manifest.grant {
             self.share_inputs(Some(SharedInputs::Replay(Arc::clone(&mirror.inputs))));
         }
-        let delivery = self.call(&mirror.work);
+        let delivery = self.call(&mirror.work).await;
         self.share_inputs(None);
         let written = self.live.take_written();
         let refusals = written.iter().filter(|write| !write.is_ok()).count();
         link.rollout.record(Role::Next, self.call_kind(&delivery), refusals);
         let wait = self.live.manifest.limits.call_timeout + self.live.manifest.limits.write_timeout;
-        let live = self
-            .runtime
-            .block_on(async { tokio::time::timeout(wait, mirror.live).await });
+        let live = tokio::time::timeout(wait, mirror.live).await;
         match live {
             Ok(Ok(live)) => link.rollout.compared(mirror.work.key(), &compare(&live, &written)),
             _ => link.rollout.skipped(),
@@ -524,9 +521,9 @@ impl Worker {
     }
 
     /// Hands the plugin a batch or has it reconcile a key.
-    fn call(&mut self, work: &MirrorWork) -> Delivery {
+    async fn call(&mut self, work: &MirrorWork) -> Delivery {
         match work {
-            MirrorWork::Batch(batch) => self.deliver(batch),
+            MirrorWork::Batch(batch) => self.deliver(batch).await,
             MirrorWork::Key(key) => self.reconcile(key),
         }
     }
@@ -587,7 +584,7 @@ impl Worker {
 
     /// The next thing to do: replayed deltas first (while serving), then
     /// whichever comes first of a batch, a command, the stop signal and `due`.
-    fn next_work(&mut self, due: Option<Instant>) -> Work {
+    async fn next_work(&mut self, due: Option<Instant>) -> Work {
         let serving = self.instance.is_some() && self.lifecycle.state() == State::Serving;
         let max_batch = self.live.manifest.limits.max_batch;
         let moment = Moment {
@@ -615,7 +612,7 @@ impl Worker {
                 return Work::Batch(batch);
             }
             if let Some(window) = gather {
-                std::thread::sleep(window);
+                tokio::time::sleep(window).await;
                 if let Some(batch) = self.ready_batch(max_batch) {
                     return Work::Batch(batch);
                 }
@@ -625,7 +622,7 @@ impl Worker {
         let resync = controller.and_then(Keys::resync_due);
         let (stopped, commands, feeds) = (&mut self.stopped, &mut self.commands, &mut self.feeds);
         let (slot_changes, mirrors) = (&mut self.slot_changes, &mut self.mirrors);
-        self.runtime.block_on(async {
+        {
             let key = async {
                 match controller {
                     Some(keys) => keys.queue().get().await,
@@ -671,7 +668,7 @@ impl Worker {
                 Some(key) = key => Work::Key(key),
                 batch = batches => batch.map_or(Work::Stop, Work::Batch),
             }
-        })
+        }
     }
 
     /// A batch of the deltas queued now, if any.
@@ -682,7 +679,7 @@ impl Worker {
     }
 
     /// Handles what is queued now (not what arrives meanwhile), before unloading.
-    fn drain(&mut self) {
+    async fn drain(&mut self) {
         let max_batch = self.live.manifest.limits.max_batch;
         let mut batches: Vec<Vec<Delta>> = Vec::new();
         while !self.pending.is_empty() {
@@ -701,7 +698,7 @@ impl Worker {
         }
         let drained: usize = batches.iter().map(Vec::len).sum();
         for batch in batches {
-            if !matches!(self.deliver(&batch), Delivery::Done) {
+            if !matches!(self.deliver(&batch).await, Delivery::Done) {
                 break;
             }
         }
@@ -709,19 +706,16 @@ impl Worker {
     }
 
     /// Sleeps, unless stopped first: true when stopped.
-    fn sleep(&mut self, duration: std::time::Duration) -> bool {
-        let stopped = &mut self.stopped;
-        self.runtime.block_on(async {
-            tokio::select! {
-                () = tokio::time::sleep(duration) => false,
-                _ = stopped.wait_for(|stop| *stop) => true,
-            }
-        })
+    async fn sleep(&mut self, duration: std::time::Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(duration) => false,
+            _ = self.stopped.wait_for(|stop| *stop) => true,
+        }
     }
 
     /// Hands one batch to the plugin, retrying or skipping it when the plugin
     /// rejects it. A failed instance is dropped.
-    fn deliver(&mut self, batch: &[Delta]) -> Delivery {
+    async fn deliver(&mut self, batch: &[Delta]) -> Delivery {
         let count = batch.len() as u64;
         let policy = self.live.manifest.failures;
         let mut attempt = 0_u32;
@@ -733,23 +727,26 @@ impl Worker {
             let Some(instance) = self.instance.as_mut() else {
                 return Delivery::Failed;
             };
-            let _span = tracing::debug_span!(
-                "handle",
-                plugin = %self.name,
-                deltas = batch.len(),
-                first = %batch.first().map_or("", |delta| delta.key())
-            )
-            .entered();
-            for delta in batch {
-                tracing::trace!(
-                    key = %delta.key(),
-                    delta = ?delta.delta_type,
-                    rv = %delta.object.resource_version(),
-                    "delivering"
-                );
-            }
             let started = Instant::now();
-            let handled = instance.handle(batch);
+            let handled = {
+                // Entered for the call only: the worker may wait on another thread.
+                let _span = tracing::debug_span!(
+                    "handle",
+                    plugin = %self.name,
+                    deltas = batch.len(),
+                    first = %batch.first().map_or("", |delta| delta.key())
+                )
+                .entered();
+                for delta in batch {
+                    tracing::trace!(
+                        key = %delta.key(),
+                        delta = ?delta.delta_type,
+                        rv = %delta.object.resource_version(),
+                        "delivering"
+                    );
+                }
+                instance.handle(batch)
+            };
             let took = started.elapsed();
             let memory_bytes = instance.memory_bytes();
             let paused = instance.take_paused();
@@ -782,7 +779,7 @@ impl Worker {
                         tracing::info!(plugin = %self.name, attempt, %message, suppressed, "batch rejected; retrying");
                     }
                     update(&self.status, |status| status.retries += 1);
-                    if self.sleep(backoff) {
+                    if self.sleep(backoff).await {
                         return Delivery::Stopped;
                     }
                 }

@@ -70,7 +70,7 @@ impl Supervisor {
             tracing::info!(plugin = %name, "this replica no longer leads: stopping the writing plugin");
             if let Some(worker) = worker {
                 let _ = worker.commands.send(Command::Stop);
-                drop(tokio::task::spawn_blocking(move || worker.thread.join()).await);
+                drop(tokio::task::spawn_blocking(move || worker.task.join()).await);
             }
             update(&status, |status| status.state = PluginState::Standby);
         }

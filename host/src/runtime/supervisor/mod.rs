@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::directory::{self, Fingerprint, PluginFiles};
 use super::embedded::EmbeddedPlugin;
+use super::pool::{Pool, TaskHandle};
 use super::rollout::{Link, Rollout, Slot};
 use super::settings::Settings;
 use super::status::{PluginState, PluginStatus, STATUS_LOG_LINES, SharedStatus, update};
@@ -146,6 +147,8 @@ pub(super) struct Supervisor {
     /// Held while the directory is rescanned: one rescan at a time.
     rescanning: tokio::sync::Mutex<()>,
     pub(super) stop: tokio::sync::watch::Sender<bool>,
+    /// The threads the plugins' workers run on.
+    pool: Pool,
 }
 
 impl Supervisor {
@@ -183,6 +186,7 @@ impl Supervisor {
             rollouts: Mutex::default(),
             rescanning: tokio::sync::Mutex::new(()),
             stop: tokio::sync::watch::channel(false).0,
+            pool: Pool::per_core(),
         }
     }
 
@@ -299,7 +303,7 @@ impl Supervisor {
             .plugins()
             .values()
             .filter_map(|plugin| plugin.worker.as_ref())
-            .all(|worker| !worker.thread.is_finished() || *self.stop.borrow());
+            .all(|worker| !worker.task.is_finished() || *self.stop.borrow());
         workers && self.factory.stats().iter().all(|informer| informer.alive)
     }
 
@@ -311,11 +315,11 @@ impl Supervisor {
             && self.factory.stats().iter().all(|informer| informer.synced)
     }
 
-    /// Takes every worker's thread, to join them at shutdown.
-    pub(super) fn take_threads(&self) -> Vec<std::thread::JoinHandle<()>> {
+    /// Takes every worker's task, to wait for them at shutdown.
+    pub(super) fn take_workers(&self) -> Vec<TaskHandle> {
         self.plugins()
             .values_mut()
-            .filter_map(|plugin| plugin.worker.take().map(|worker| worker.thread))
+            .filter_map(|plugin| plugin.worker.take().map(|worker| worker.task))
             .collect()
     }
 
@@ -391,7 +395,7 @@ impl Supervisor {
             }
             if let Some(worker) = plugin.worker {
                 let _ = worker.commands.send(Command::Unload);
-                drop(tokio::task::spawn_blocking(move || worker.thread.join()));
+                drop(tokio::task::spawn_blocking(move || worker.task.join()));
             }
         }
 
@@ -640,6 +644,7 @@ impl Supervisor {
         if let Some(version) = swapped {
             let slot = Arc::clone(&plugin.slot);
             match Worker::spawn(
+                &self.pool,
                 name,
                 status,
                 version,
