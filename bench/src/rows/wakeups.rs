@@ -52,11 +52,11 @@ pub(super) async fn row(table: &mut Table, sizes: &Sizes, repeat: usize) -> anyh
             .collect::<Samples>()
     });
     for (ten, how) in [
+        (&own, "each on its own thread, woken per delta (a thread per plugin)"),
         (
-            &own,
-            "each on its own thread, woken per delta (a thread per plugin)",
+            &shared,
+            "called one after the other on one thread (as the plugins' pool)",
         ),
-        (&shared, "called one after the other on one thread (as the plugins' pool)"),
     ] {
         table.add(
             format!("14. handoff and calls only: CPU per change, 10 no-op plugins {how} (vs 1 on its own thread)"),

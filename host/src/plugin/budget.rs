@@ -2,8 +2,9 @@
 //! counted in windows of [`WINDOW`].
 //!
 //! Time counts while the plugin runs a call (its own code and the host
-//! functions it calls). When a window's share is spent, the plugin's thread
-//! pauses until the next window: at the start of a call, or at the next epoch
+//! functions it calls). When a window's share is spent, the thread calling the
+//! plugin pauses until the next window (the plugins' pool gives the other
+//! plugins a spare thread meanwhile): at the start of a call, or at the next epoch
 //! tick inside one. A runaway plugin on a small machine thus leaves its
 //! neighbours the rest of the core. The pause is given back to the call's
 //! deadline ([`super::deadline`]): a throttled call is stopped for running too

@@ -1,5 +1,5 @@
 //! The plugin runtime: every plugin of a directory, fed by shared informers,
-//! each in its own sandbox and its own worker thread.
+//! each in its own sandbox and its own worker, a task of the plugins' pool.
 //!
 //! [`Runtime::start`] loads each `NAME.wasm` with its manifest `NAME.toml`
 //! ([`crate::manifest`]), runs its `init`, checks the registration against the
@@ -22,7 +22,9 @@
 //! hits its memory limit, its store is dropped and a fresh instance is started
 //! after a backoff; it runs `init` again and receives the current cache as an
 //! initial list. Too many traps within the window quarantine the plugin. None of
-//! this delays another plugin: each has its own thread and its own queues.
+//! this delays another plugin: each has its own worker and its own queues, and
+//! the pool hands a call that holds its thread that thread, moving the other
+//! workers to a spare.
 //!
 //! The runtime follows the directory ([`notify`], debounced with a maximum
 //! wait): a new file is loaded, a changed file or manifest is loaded beside the
@@ -180,8 +182,8 @@ pub enum Error {
         /// The plugin.
         plugin: String,
     },
-    /// The worker thread could not be started.
-    #[error("{plugin}: cannot start its worker thread")]
+    /// The thread pool the workers run on could not be started.
+    #[error("{plugin}: cannot start the plugins' worker threads")]
     Thread {
         /// The plugin.
         plugin: String,
@@ -209,7 +211,7 @@ pub struct RuntimeConfig {
     /// Where every plugin's log lines go, besides `tracing`.
     pub log_sink: Option<LogSink>,
     /// Called with each batch just before a plugin's `handle` is entered (not
-    /// again for retries), on the plugin's worker thread: for metrics and
+    /// again for retries), on the thread that calls the plugin: for metrics and
     /// benchmarks. Keep it cheap.
     pub observer: Option<BatchObserver>,
     /// Watch the directory and reload plugins as their files change.

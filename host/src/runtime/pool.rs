@@ -32,6 +32,9 @@ pub(super) const TICK: Duration = Duration::from_millis(5);
 /// Ticks without a poll before the monitor parks.
 const IDLE_TICKS: u32 = 20;
 
+/// A poll this long has the next queued task shared with a waiting thread.
+const HEAVY: Duration = Duration::from_micros(200);
+
 /// How long a spare thread waits to be needed before it ends.
 const SPARE_FOR: Duration = Duration::from_secs(60);
 
@@ -302,12 +305,14 @@ impl Shared {
     }
 
     /// The next task for an active thread, or `None` when the thread ends.
-    fn next(&self) -> Option<Arc<Task>> {
+    /// After a `heavy` poll, a waiting thread is told of what is still
+    /// queued, to share it; short polls are left to one thread, which calls
+    /// them one after the other for less than a wakeup costs.
+    fn next(&self, heavy: bool) -> Option<Arc<Task>> {
         let mut state = lock(&self.state);
         loop {
             if let Some(task) = state.tasks.pop_front() {
-                // More queued: another thread helps, if one waits untold.
-                if !state.tasks.is_empty() && state.waiting > state.told && state.told == 0 {
+                if heavy && !state.tasks.is_empty() && state.waiting > state.told && state.told == 0 {
                     state.told += 1;
                     self.queued.notify_one();
                 }
@@ -407,14 +412,17 @@ fn serve(shared: &Arc<Shared>) {
         });
         lock(&shared.polls).push(Arc::clone(&polling));
         CURRENT.with(|current| *current.borrow_mut() = Some((Arc::downgrade(shared), Arc::clone(&polling))));
+        let mut heavy = false;
         while !polling.detached.load(Ordering::SeqCst) {
-            let Some(task) = shared.next() else {
+            let Some(task) = shared.next(heavy) else {
                 forget(shared, &polling);
                 return;
             };
+            let started = Instant::now();
             shared.poll_started(&polling);
             task.run(shared);
             polling.since.store(0, Ordering::SeqCst);
+            heavy = started.elapsed() >= HEAVY;
         }
         forget(shared, &polling);
         if !shared.rejoin() {
@@ -447,6 +455,14 @@ fn monitor(pool: &Weak<Shared>) {
         let tick = u64::try_from(TICK.as_nanos()).unwrap_or(u64::MAX);
         let polls: Vec<Arc<Polling>> = lock(&shared.polls).clone();
         let mut busy = false;
+        // Tasks still queued at a tick: a waiting thread takes its share.
+        {
+            let mut state = lock(&shared.state);
+            if !state.tasks.is_empty() && state.waiting > state.told {
+                state.told += 1;
+                shared.queued.notify_one();
+            }
+        }
         for polling in &polls {
             let since = polling.since.load(Ordering::SeqCst);
             if since == 0 || polling.detached.load(Ordering::SeqCst) {
