@@ -50,8 +50,17 @@ pub(super) fn bound_blocking(linker: &mut Linker<HostState>) -> wasmtime::Result
     Ok(())
 }
 
-/// Runs `future` for at most `left`; past it, the call traps.
+/// Runs `future` for at most `left`; past it, the call traps. A wait that
+/// blocks (a sleep, an HTTP response not yet in) first gives the plugins' pool
+/// notice, so the other plugins go on on another thread meanwhile.
 fn within<T>(left: Duration, future: impl std::future::Future<Output = T>) -> wasmtime::Result<T> {
-    wasmtime_wasi::runtime::in_tokio(async { tokio::time::timeout(left, future).await })
-        .map_err(|_| wasmtime::format_err!("blocked in a WASI call past the call's deadline"))
+    wasmtime_wasi::runtime::in_tokio(async {
+        let mut waiting = std::pin::pin!(tokio::time::timeout(left, future));
+        if let std::task::Poll::Ready(done) = futures::poll!(waiting.as_mut()) {
+            return done;
+        }
+        crate::runtime::pool::leave();
+        waiting.await
+    })
+    .map_err(|_| wasmtime::format_err!("blocked in a WASI call past the call's deadline"))
 }

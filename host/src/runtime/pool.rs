@@ -250,8 +250,8 @@ impl TaskHandle {
 }
 
 /// Says that the calling thread is about to block (a write waiting for its
-/// answer): a thread of a pool is replaced at once, so the other tasks go on.
-/// Elsewhere it does nothing.
+/// answer, a WASI wait, a pause for a CPU share): a thread of a pool is
+/// replaced at once, so the other tasks go on. Elsewhere it does nothing.
 pub(crate) fn leave() {
     CURRENT.with(|current| {
         if let Some((pool, polling)) = current.borrow().as_ref()
@@ -319,7 +319,9 @@ impl Shared {
                 return Some(task);
             }
             if state.closing && state.live == 0 {
-                state.active -= 1;
+                // A thread the monitor detached between two polls is not
+                // counted.
+                state.active = state.active.saturating_sub(1);
                 return None;
             }
             state.waiting += 1;
