@@ -74,6 +74,8 @@ struct Shared {
     polls_started: AtomicU64,
     /// Threads detached so far.
     detached: AtomicU64,
+    /// Times the monitor parked so far.
+    parks: AtomicU64,
 }
 
 #[derive(Default)]
@@ -185,6 +187,7 @@ impl Pool {
             monitor_parked: AtomicBool::new(false),
             polls_started: AtomicU64::new(0),
             detached: AtomicU64::new(0),
+            parks: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&shared);
         let monitor = std::thread::Builder::new()
@@ -208,6 +211,14 @@ impl Pool {
         lock(&self.shared)
             .as_ref()
             .map_or(0, |shared| shared.detached.load(Ordering::Relaxed))
+    }
+
+    /// Times the monitor parked so far.
+    #[cfg(test)]
+    fn parks(&self) -> u64 {
+        lock(&self.shared)
+            .as_ref()
+            .map_or(0, |shared| shared.parks.load(Ordering::Relaxed))
     }
 }
 
@@ -369,7 +380,7 @@ impl Shared {
             .unwrap_or(u64::MAX)
             .max(1);
         polling.since.store(since, Ordering::SeqCst);
-        self.polls_started.fetch_add(1, Ordering::Relaxed);
+        self.polls_started.fetch_add(1, Ordering::SeqCst);
         if self.monitor_parked.load(Ordering::SeqCst)
             && self.monitor_parked.swap(false, Ordering::SeqCst)
             && let Some(monitor) = lock(&self.monitor).as_ref()
@@ -475,7 +486,7 @@ fn monitor(pool: &Weak<Shared>) {
                 shared.detach(polling);
             }
         }
-        let started = shared.polls_started.load(Ordering::Relaxed);
+        let started = shared.polls_started.load(Ordering::SeqCst);
         if busy || started != seen {
             idle = 0;
         } else {
@@ -485,9 +496,11 @@ fn monitor(pool: &Weak<Shared>) {
         if idle >= IDLE_TICKS {
             shared.monitor_parked.store(true, Ordering::SeqCst);
             // A poll that started before the flag was set is seen now.
-            let started = shared.polls_started.load(Ordering::Relaxed);
-            drop(shared);
+            let started = shared.polls_started.load(Ordering::SeqCst);
+            let parks = &shared.parks;
             if started == seen {
+                parks.fetch_add(1, Ordering::Relaxed);
+                drop(shared);
                 std::thread::park();
             }
             if let Some(shared) = pool.upgrade() {
@@ -617,22 +630,26 @@ mod tests {
         assert_eq!(counted.load(Ordering::SeqCst), 200);
     }
 
-    #[test]
-    fn a_task_that_holds_its_thread_does_not_hold_up_the_others() {
-        let (runtime, pool) = pool(1);
+    /// Spawns a task that holds its thread until released and, after
+    /// `before`, another: true if the other ran while the first held on.
+    fn another_runs_beside_one_holding_its_thread(
+        runtime: &tokio::runtime::Runtime,
+        pool: &Pool,
+        before: Duration,
+    ) -> bool {
         let release = Arc::new(AtomicBool::new(false));
         let holding = {
             let release = Arc::clone(&release);
-            spawn(&runtime, &pool, "holding", async move {
+            spawn(runtime, pool, "holding", async move {
                 // A call that runs long: it never yields.
                 while !release.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             })
         };
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(before);
         let (sender, received) = std::sync::mpsc::channel();
-        let other = spawn(&runtime, &pool, "other", async move {
+        let other = spawn(runtime, pool, "other", async move {
             tokio::time::sleep(Duration::from_millis(1)).await;
             sender.send(()).unwrap();
         });
@@ -640,8 +657,14 @@ mod tests {
         release.store(true, Ordering::SeqCst);
         holding.join();
         other.join();
+        answered.is_ok()
+    }
+
+    #[test]
+    fn a_task_that_holds_its_thread_does_not_hold_up_the_others() {
+        let (runtime, pool) = pool(1);
         assert!(
-            answered.is_ok(),
+            another_runs_beside_one_holding_its_thread(&runtime, &pool, Duration::from_millis(20)),
             "the other task waited for the one holding the only thread"
         );
         assert!(pool.detached() >= 1);
@@ -662,10 +685,27 @@ mod tests {
         leaving.join();
         other.join();
         assert!(answered.is_ok(), "the other task waited for the thread that left");
-        assert_eq!(pool.detached(), 1);
+        assert!(pool.detached() >= 1);
         // The pool still runs tasks with its threads back.
         let again = spawn(&runtime, &pool, "again", async {});
         again.join();
+    }
+
+    #[test]
+    fn an_idle_pool_s_monitor_parks_and_the_next_poll_wakes_it() {
+        let (runtime, pool) = pool(1);
+        spawn(&runtime, &pool, "first", async {}).join();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.parks() == 0 {
+            assert!(Instant::now() < deadline, "the monitor of an idle pool never parked");
+            std::thread::sleep(TICK);
+        }
+        // Parked: a task holding the only thread is still seen and replaced.
+        assert!(
+            another_runs_beside_one_holding_its_thread(&runtime, &pool, Duration::ZERO),
+            "the parked monitor missed the task holding the thread"
+        );
+        assert!(pool.detached() >= 1);
     }
 
     #[test]
