@@ -375,11 +375,14 @@ impl Shared {
         }
     }
 
-    fn poll_started(&self, polling: &Polling) {
-        let since = u64::try_from(self.origin.elapsed().as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        polling.since.store(since, Ordering::SeqCst);
+    /// Nanoseconds from the pool's origin to `at`.
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A poll starts `at`: the monitor sees it (and is woken, if parked).
+    fn poll_started(&self, polling: &Polling, at: Instant) {
+        polling.since.store(self.nanos(at).max(1), Ordering::SeqCst);
         self.polls_started.fetch_add(1, Ordering::SeqCst);
         if self.monitor_parked.load(Ordering::SeqCst)
             && self.monitor_parked.swap(false, Ordering::SeqCst)
@@ -432,7 +435,7 @@ fn serve(shared: &Arc<Shared>) {
                 return;
             };
             let started = Instant::now();
-            shared.poll_started(&polling);
+            shared.poll_started(&polling, started);
             task.run(shared);
             polling.since.store(0, Ordering::SeqCst);
             heavy = started.elapsed() >= HEAVY;
@@ -464,7 +467,7 @@ fn monitor(pool: &Weak<Shared>) {
                 return;
             }
         }
-        let now = u64::try_from(shared.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let now = shared.nanos(Instant::now());
         let tick = u64::try_from(TICK.as_nanos()).unwrap_or(u64::MAX);
         let polls: Vec<Arc<Polling>> = lock(&shared.polls).clone();
         let mut busy = false;
