@@ -1,7 +1,8 @@
 //! One change to one object, as the host delivers it.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use serde::de::DeserializeOwned;
 
@@ -33,12 +34,21 @@ pub enum DeltaType {
 #[derive(Clone, Debug)]
 pub struct Delta {
     delta_type: DeltaType,
-    gvk: Gvk,
-    key: String,
-    resource_version: String,
-    object: String,
+    gvk: Arc<Gvk>,
+    /// The texts of the delta's batch, shared by its deltas: each delta's
+    /// key, resourceVersion and object are ranges of it.
+    text: Arc<String>,
+    key: Range<u32>,
+    resource_version: Range<u32>,
+    object: Range<u32>,
     old_object: OldObject,
     initial_list: bool,
+}
+
+/// A range of a batch's text from `start` to `end` bytes.
+fn span(start: u32, end: usize) -> Range<u32> {
+    // A text is far below 4 GiB: the host bounds what it caches.
+    start..u32::try_from(end).unwrap_or(u32::MAX)
 }
 
 /// The previous state of an updated object.
@@ -61,23 +71,25 @@ std::thread_local! {
     static BATCH: Cell<u64> = const { Cell::new(0) };
 }
 
-/// A text of a batch, which the host wrote from Rust strings: valid UTF-8,
-/// as wit-bindgen takes the host's strings to be.
+/// The texts of a batch, which the host wrote from Rust strings: valid
+/// UTF-8, as wit-bindgen takes the host's strings to be.
 #[cfg(target_arch = "wasm32")]
 #[allow(
     unsafe_code,
     reason = "the host writes UTF-8, and checking every object's bytes again costs as much as the copy"
 )]
-fn text_of(part: &[u8]) -> String {
-    // SAFETY: the host writes each text from a `str`, whole; a host that did
-    // not could hand the plugin any bytes as a `string` as well.
-    unsafe { String::from_utf8_unchecked(part.to_vec()) }
+fn text_of(bytes: Vec<u8>) -> String {
+    // SAFETY: the host writes each text from a `str`, whole, and texts end to
+    // end are UTF-8 as well; a host that did not could hand the plugin any
+    // bytes as a `string` too. Ranges off a character boundary are refused
+    // when sliced.
+    unsafe { String::from_utf8_unchecked(bytes) }
 }
 
-/// A text of a batch; checked off wasm, where no host writes it.
+/// The texts of a batch; checked off wasm, where no host writes them.
 #[cfg(not(target_arch = "wasm32"))]
-fn text_of(part: &[u8]) -> String {
-    String::from_utf8_lossy(part).into_owned()
+fn text_of(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|error| String::from_utf8_lossy(error.as_bytes()).into_owned())
 }
 
 fn delta_type_of(delta_type: wit::DeltaType) -> DeltaType {
@@ -94,39 +106,46 @@ impl Delta {
     #[doc(hidden)]
     #[must_use]
     pub fn from_wit(delta: wit::Delta) -> Self {
+        let mut text = delta.key;
+        let key = span(0, text.len());
+        text.push_str(&delta.resource_version);
+        let resource_version = span(key.end, text.len());
+        text.push_str(&delta.object);
+        let object = span(resource_version.end, text.len());
         Self {
             delta_type: delta_type_of(delta.type_),
-            gvk: Gvk::from_wit(delta.gvk),
-            key: delta.key,
-            resource_version: delta.resource_version,
-            object: delta.object,
+            gvk: Arc::new(Gvk::from_wit(delta.gvk)),
+            text: Arc::new(text),
+            key,
+            resource_version,
+            object,
             old_object: delta.old_object.map_or(OldObject::None, OldObject::Here),
             initial_list: delta.initial_list,
         }
     }
 
     /// The deltas of a batch as the host lays it out: their texts end to
-    /// end, their old objects left on the host until asked for.
+    /// end, kept as one buffer they share, their old objects left on the
+    /// host until asked for.
     #[doc(hidden)]
     #[must_use]
     pub fn from_batch(batch: deltas::DeltaBatch) -> Vec<Self> {
         let number = BATCH.get().wrapping_add(1);
         BATCH.set(number);
-        let gvk = Gvk::from_wit(batch.gvk);
-        let mut text = batch.text.as_slice();
+        let gvk = Arc::new(Gvk::from_wit(batch.gvk));
+        let text = Arc::new(text_of(batch.text));
+        let mut at = 0_u32;
         let mut take = |len: u32| {
-            // The host sends lengths that add up to the text; anything more
-            // is cut at its end.
-            let at = usize::try_from(len).unwrap_or(usize::MAX).min(text.len());
-            let (part, rest) = text.split_at(at);
-            text = rest;
-            text_of(part)
+            let start = at;
+            at = at.saturating_add(len);
+            start..at
         };
         (0_u32..)
             .zip(batch.deltas)
             .map(|(index, entry)| Self {
                 delta_type: delta_type_of(entry.type_),
-                gvk: gvk.clone(),
+                gvk: Arc::clone(&gvk),
+                text: Arc::clone(&text),
                 key: take(entry.key_len),
                 resource_version: take(entry.resource_version_len),
                 object: take(entry.object_len),
@@ -144,6 +163,13 @@ impl Delta {
             .collect()
     }
 
+    /// One of the delta's texts; empty for a range the host's lengths put
+    /// outside its batch's text, or off a character boundary.
+    fn part(&self, range: &Range<u32>) -> &str {
+        let at = |offset: u32| usize::try_from(offset).unwrap_or(usize::MAX);
+        self.text.get(at(range.start)..at(range.end)).unwrap_or_default()
+    }
+
     /// What happened.
     #[must_use]
     pub fn delta_type(&self) -> DeltaType {
@@ -159,25 +185,26 @@ impl Delta {
     /// The cache key: `namespace/name`, or `name` for cluster-scoped objects.
     #[must_use]
     pub fn key(&self) -> &str {
-        &self.key
+        self.part(&self.key)
     }
 
     /// The object's namespace; empty for cluster-scoped objects.
     #[must_use]
     pub fn namespace(&self) -> &str {
-        self.key.split_once('/').map_or("", |(namespace, _)| namespace)
+        self.key().split_once('/').map_or("", |(namespace, _)| namespace)
     }
 
     /// The object's name.
     #[must_use]
     pub fn name(&self) -> &str {
-        self.key.split_once('/').map_or(&self.key, |(_, name)| name)
+        let key = self.key();
+        key.split_once('/').map_or(key, |(_, name)| name)
     }
 
     /// The object's `metadata.resourceVersion` in this state.
     #[must_use]
     pub fn resource_version(&self) -> &str {
-        &self.resource_version
+        self.part(&self.resource_version)
     }
 
     /// True for the initial list a plugin receives when it starts, before live
@@ -190,7 +217,7 @@ impl Delta {
     /// The object as JSON: the new state, or the last known state when deleted.
     #[must_use]
     pub fn json(&self) -> &str {
-        &self.object
+        self.part(&self.object)
     }
 
     /// The previous state as JSON, for [`DeltaType::Updated`] only.
@@ -215,7 +242,7 @@ impl Delta {
     ///
     /// When the JSON does not fit `T`.
     pub fn object<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
-        serde_json::from_str(&self.object)
+        serde_json::from_str(self.json())
     }
 
     /// Parses the previous state into `T`, for [`DeltaType::Updated`] only.
@@ -234,5 +261,99 @@ impl Delta {
     /// When the host sent malformed JSON, which it never does.
     pub fn value(&self) -> serde_json::Result<serde_json::Value> {
         self.object()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gvk() -> wit::GroupVersionKind {
+        wit::GroupVersionKind {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+        }
+    }
+
+    fn entry(type_: wit::DeltaType, lens: [usize; 3], has_old_object: bool) -> deltas::DeltaEntry {
+        let len = |at: usize| u32::try_from(lens[at]).unwrap();
+        deltas::DeltaEntry {
+            type_,
+            key_len: len(0),
+            resource_version_len: len(1),
+            object_len: len(2),
+            has_old_object,
+            initial_list: false,
+        }
+    }
+
+    #[test]
+    fn a_batch_s_deltas_slice_its_shared_text() {
+        let first = ["tëam/wëb", "41", r#"{"metadata":{"name":"wëb"}}"#];
+        let second = ["db", "42", r#"{"metadata":{"name":"db"}}"#];
+        let text = first.iter().chain(&second).copied().collect::<String>().into_bytes();
+        let batch = deltas::DeltaBatch {
+            gvk: gvk(),
+            text,
+            deltas: vec![
+                entry(wit::DeltaType::Updated, first.map(str::len), true),
+                entry(wit::DeltaType::Deleted, second.map(str::len), false),
+            ],
+        };
+        let deltas = Delta::from_batch(batch);
+        assert_eq!(deltas.len(), 2);
+        assert_eq!(
+            (deltas[0].key(), deltas[0].namespace(), deltas[0].name()),
+            ("tëam/wëb", "tëam", "wëb")
+        );
+        assert_eq!(deltas[0].resource_version(), "41");
+        assert_eq!(deltas[0].json(), first[2]);
+        assert_eq!(deltas[0].delta_type(), DeltaType::Updated);
+        assert_eq!(
+            (deltas[1].key(), deltas[1].namespace(), deltas[1].name()),
+            ("db", "", "db")
+        );
+        assert_eq!(deltas[1].resource_version(), "42");
+        assert_eq!(deltas[1].value().unwrap()["metadata"]["name"], "db");
+        assert_eq!(deltas[1].gvk().kind, "Deployment");
+        assert!(
+            Arc::ptr_eq(&deltas[0].text, &deltas[1].text),
+            "the deltas share one text"
+        );
+    }
+
+    #[test]
+    fn lengths_past_the_text_or_inside_a_character_give_empty_texts() {
+        let batch = deltas::DeltaBatch {
+            gvk: gvk(),
+            text: "ëx".as_bytes().to_vec(),
+            // The key ends inside `ë`; the object runs past the text.
+            deltas: vec![entry(wit::DeltaType::Added, [1, 2, 10], false)],
+        };
+        let deltas = Delta::from_batch(batch);
+        assert_eq!(
+            (deltas[0].key(), deltas[0].resource_version(), deltas[0].json()),
+            ("", "", "")
+        );
+    }
+
+    #[test]
+    fn a_0_1_0_delta_keeps_its_own_texts() {
+        let delta = Delta::from_wit(wit::Delta {
+            type_: wit::DeltaType::Updated,
+            gvk: gvk(),
+            key: "ns/a".into(),
+            resource_version: "7".into(),
+            object: "{}".into(),
+            old_object: Some(r#"{"old":true}"#.into()),
+            initial_list: true,
+        });
+        assert_eq!(
+            (delta.key(), delta.resource_version(), delta.json()),
+            ("ns/a", "7", "{}")
+        );
+        assert_eq!(delta.old_json(), Some(r#"{"old":true}"#));
+        assert!(delta.is_initial_list());
     }
 }
