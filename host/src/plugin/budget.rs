@@ -77,6 +77,14 @@ impl CpuBudget {
         self.mark = None;
     }
 
+    /// Sits out a `pause` for the spent share, the thread handed over by the
+    /// plugins' pool meanwhile, then starts the next window.
+    pub(crate) fn sit_out(&mut self, pause: Duration, thread_cpu: impl FnOnce() -> Duration) {
+        crate::runtime::pool::leave();
+        std::thread::sleep(pause);
+        self.resume(pause, Instant::now(), thread_cpu);
+    }
+
     /// A pause of `paused` ends at `now`: a new window starts. `thread_cpu`
     /// reads the thread's CPU time when the call is counted in it.
     pub(crate) fn resume(&mut self, paused: Duration, now: Instant, thread_cpu: impl FnOnce() -> Duration) {

@@ -139,10 +139,8 @@ pub(super) fn start_call<'c>(
 fn at_epoch_tick(mut store: wasmtime::StoreContextMut<'_, HostState>) -> wasmtime::Result<UpdateDeadline> {
     let state = store.data_mut();
     if let Some(pause) = state.budget.tick(Instant::now(), thread_cpu_time()) {
-        crate::runtime::pool::leave();
-        std::thread::sleep(pause);
+        state.budget.sit_out(pause, thread_cpu_time);
         state.deadline.waited(pause);
-        state.budget.resume(pause, Instant::now(), thread_cpu_time);
     }
     Ok(if state.deadline.remaining().is_zero() {
         UpdateDeadline::Interrupt

@@ -477,11 +477,7 @@ impl PluginInstance {
         }
         let state = self.store.data_mut();
         if let Some(pause) = state.budget.start(Instant::now()) {
-            crate::runtime::pool::leave();
-            std::thread::sleep(pause);
-            state
-                .budget
-                .resume(pause, Instant::now(), super::component::thread_cpu_time);
+            state.budget.sit_out(pause, super::component::thread_cpu_time);
         }
         self.store.data().log.begin_call();
         let running = super::component::start_call(&mut self.store, &self.clock, self.call_timeout);
