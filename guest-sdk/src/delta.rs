@@ -45,10 +45,23 @@ pub struct Delta {
     initial_list: bool,
 }
 
-/// A range of a batch's text from `start` to `end` bytes.
-fn span(start: u32, end: usize) -> Range<u32> {
-    // A text is far below 4 GiB: the host bounds what it caches.
-    start..u32::try_from(end).unwrap_or(u32::MAX)
+/// The ranges of texts laid end to end, taken one after the other.
+#[derive(Default)]
+struct EndToEnd(u32);
+
+impl EndToEnd {
+    /// The range of the next text, `len` bytes long.
+    fn take(&mut self, len: u32) -> Range<u32> {
+        let start = self.0;
+        self.0 = start.saturating_add(len);
+        start..self.0
+    }
+
+    /// The range of the next text, `text` itself.
+    fn take_text(&mut self, text: &str) -> Range<u32> {
+        // A text is far below 4 GiB: the host bounds what it caches.
+        self.take(u32::try_from(text.len()).unwrap_or(u32::MAX))
+    }
 }
 
 /// The previous state of an updated object.
@@ -76,7 +89,7 @@ std::thread_local! {
 #[cfg(target_arch = "wasm32")]
 #[allow(
     unsafe_code,
-    reason = "the host writes UTF-8, and checking every object's bytes again costs as much as the copy"
+    reason = "the host writes UTF-8; checking it again would read every byte of every batch once more"
 )]
 fn text_of(bytes: Vec<u8>) -> String {
     // SAFETY: the host writes each text from a `str`, whole, and texts end to
@@ -106,12 +119,13 @@ impl Delta {
     #[doc(hidden)]
     #[must_use]
     pub fn from_wit(delta: wit::Delta) -> Self {
-        let mut text = delta.key;
-        let key = span(0, text.len());
-        text.push_str(&delta.resource_version);
-        let resource_version = span(key.end, text.len());
-        text.push_str(&delta.object);
-        let object = span(resource_version.end, text.len());
+        let mut ranges = EndToEnd::default();
+        let (key, resource_version, object) = (
+            ranges.take_text(&delta.key),
+            ranges.take_text(&delta.resource_version),
+            ranges.take_text(&delta.object),
+        );
+        let text = [delta.key, delta.resource_version, delta.object].concat();
         Self {
             delta_type: delta_type_of(delta.type_),
             gvk: Arc::new(Gvk::from_wit(delta.gvk)),
@@ -134,21 +148,16 @@ impl Delta {
         BATCH.set(number);
         let gvk = Arc::new(Gvk::from_wit(batch.gvk));
         let text = Arc::new(text_of(batch.text));
-        let mut at = 0_u32;
-        let mut take = |len: u32| {
-            let start = at;
-            at = at.saturating_add(len);
-            start..at
-        };
+        let mut ranges = EndToEnd::default();
         (0_u32..)
             .zip(batch.deltas)
             .map(|(index, entry)| Self {
                 delta_type: delta_type_of(entry.type_),
                 gvk: Arc::clone(&gvk),
                 text: Arc::clone(&text),
-                key: take(entry.key_len),
-                resource_version: take(entry.resource_version_len),
-                object: take(entry.object_len),
+                key: ranges.take(entry.key_len),
+                resource_version: ranges.take(entry.resource_version_len),
+                object: ranges.take(entry.object_len),
                 old_object: if entry.has_old_object {
                     OldObject::OnHost {
                         batch: number,
