@@ -243,7 +243,11 @@ async fn webhook_for_notifier(dir: &Path, client: &kube::Client) -> Result<Optio
     let base = format!("http://{address}/services/");
     std::fs::write(
         &manifest_path,
-        NOTIFIER_MANIFEST.replace(NOTIFIER_ALLOW, &format!("allow = [\"{base}\"]")),
+        NOTIFIER_MANIFEST.replace(
+            NOTIFIER_ALLOW,
+            // Loopback is refused unless the grant opens it.
+            &format!("allow = [\"{base}\"]\nnetworks = [\"{}/32\"]", address.ip()),
+        ),
     )
     .map_err(|source| Error::Io {
         path: manifest_path.clone(),

@@ -81,6 +81,9 @@ pub fn permissions(dir: &Path, options: &RbacOptions) -> anyhow::Result<Permissi
         let review = grant.review(&report.registration);
         permissions.add_plugin(&grant, &review);
         permissions.add_settings(&manifest.env);
+        if !grant.http().is_empty() {
+            permissions.add_api_server_addresses();
+        }
     }
     if let Some(namespace) = &options.lease_namespace {
         permissions.add_leader_election(namespace);

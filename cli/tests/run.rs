@@ -1,11 +1,13 @@
 //! `kinformer run` when things go wrong: credentials that may not list a
 //! resource (retried with client-go's back-off, said in sentences an operator
-//! reads, the other plugins served meanwhile), and a shutdown that comes while
-//! a plugin takes a minute to compile.
+//! reads, the other plugins served meanwhile), a shutdown that comes while
+//! a plugin takes a minute to compile, and a corporate proxy in the
+//! environment.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use apiserver_sim::{ApiServer, SimConfig};
@@ -28,6 +30,128 @@ fn run(server: &ApiServer, d: &Path, extra: &[&str]) -> Child {
         .stderr(std::fs::File::create(d.join("run.log")).unwrap())
         .spawn()
         .unwrap()
+}
+
+/// An HTTP proxy on loopback that tunnels every `CONNECT` to `upstream`,
+/// whatever it names, and keeps each `CONNECT`'s target.
+async fn tunnel_to(upstream: std::net::SocketAddr) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let targets: Arc<Mutex<Vec<String>>> = Arc::default();
+    let kept = Arc::clone(&targets);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let kept = Arc::clone(&kept);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if client.read_exact(&mut byte).await.is_err() {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let line = String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                kept.lock().unwrap().push(line);
+                let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_ok()
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (address, targets)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_reaches_its_cluster_through_the_environment_s_proxy_and_plugins_never_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let churn = server
+        .start_workload(&apiserver_sim::workload::Workload::default().seed(9).size(1, 1, 2))
+        .unwrap();
+    let (proxy, tunnelled) = tunnel_to(server.address()).await;
+    let web = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let web_address = web.local_addr().unwrap();
+    let fetched = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&fetched);
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        while let Ok((mut stream, _)) = web.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                .await;
+        }
+    });
+    let plugins = d.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::write(
+        plugins.join("fetcher.wasm"),
+        plugin_artifacts::test_plugin("hostile.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        plugins.join("fetcher.toml"),
+        format!(
+            "config = \"fetch=http://{web_address}/direct\"\n[grant.http]\nallow = [\"http://{web_address}\"]\nnetworks = [\"127.0.0.1/32\"]\n"
+        ),
+    )
+    .unwrap();
+    // The cluster's address is only reachable through the proxy.
+    let kubeconfig = d.join("kubeconfig");
+    let unreachable = format!("http://192.0.2.1:{}", server.address().port());
+    std::fs::write(
+        &kubeconfig,
+        server
+            .kubeconfig_with_token("host")
+            .replace(&server.url(), &unreachable),
+    )
+    .unwrap();
+    let proxy_url = format!("http://{proxy}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kinformer"))
+        .arg("run")
+        .arg("--plugins")
+        .arg(&plugins)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .env("HTTP_PROXY", &proxy_url)
+        .env("HTTPS_PROXY", &proxy_url)
+        .env("NO_PROXY", "example.com")
+        .env("KINFORMER_LOG", "info")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("run.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let reached = tokio::time::timeout(Duration::from_secs(60), async {
+        while fetched.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    churn.abort();
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    assert!(reached.is_ok(), "the plugin never fetched:\n{log}");
+    let tunnelled = tunnelled.lock().unwrap().clone();
+    assert!(
+        !tunnelled.is_empty() && tunnelled.iter().all(|line| line.starts_with("CONNECT 192.0.2.1:")),
+        "the host's client went round the proxy, or the plugin through it: {tunnelled:?}\n{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

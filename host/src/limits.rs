@@ -18,7 +18,8 @@ pub struct Limits {
     pub call_timeout: Duration,
     /// The plugin's share of CPU, in thousandths of one core; 1000 is no limit.
     pub cpu_millicores: u32,
-    /// The most linear memory, in bytes.
+    /// The most memory of one instance, in bytes: all its linear memories
+    /// and tables, and what the host holds for it (see `plugin::limiter`).
     pub memory_bytes: usize,
     /// Objects per cache query.
     pub query_objects: usize,

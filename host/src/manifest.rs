@@ -32,7 +32,7 @@
 //! [limits]
 //! call-timeout-ms = 1000       # longest init or handle call
 //! cpu-millicores = 250         # share of one core; paused past it (1000: no limit)
-//! memory-mib = 64              # linear memory
+//! memory-mib = 64              # memories, tables, what the host holds for it
 //! query-objects = 1000         # objects per cache query
 //! query-bytes = 16777216       # bytes of JSON per cache query
 //! log-lines-per-second = 200
@@ -198,6 +198,7 @@ struct RolloutFile {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct HttpGrantFile {
     allow: toml::Spanned<Vec<String>>,
+    networks: Option<toml::Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -376,8 +377,14 @@ impl Manifest {
             let http = match grant.http {
                 Some(http) => {
                     let offset = http.allow.span().start;
-                    HttpGrant::new(strs(http.allow.get_ref()))
-                        .map_err(|message| at(offset, format!("grant.http.allow: {message}")))?
+                    let grant = HttpGrant::new(strs(http.allow.get_ref()))
+                        .map_err(|message| at(offset, format!("grant.http.allow: {message}")))?;
+                    match &http.networks {
+                        Some(networks) => grant
+                            .with_networks(strs(networks.get_ref()))
+                            .map_err(|message| at(networks.span().start, format!("grant.http.networks: {message}")))?,
+                        None => grant,
+                    }
                 }
                 None => HttpGrant::default(),
             };
@@ -1008,6 +1015,7 @@ mod tests {
             "[grant]\nresources = [\"v1/Pod\"]\nnamespaces = [\"a\"]\n\
              [[grant.read]]\nresources = [\"metrics.k8s.io/v1beta1/PodMetrics\"]\n\
              [grant.http]\nallow = [\"https://hooks.slack.com/services/\", \"http://*.monitoring.svc:9093\"]\n\
+             networks = [\"10.96.0.0/12\"]\n\
              [env]\nGREETING = \"hi\"\nSLACK_URL = { secret = \"monitoring/slack\", key = \"url\" }\n\
              LEVEL = { configmap = \"a/settings\", key = \"level\" }\n",
         )
@@ -1029,6 +1037,7 @@ mod tests {
             allowed,
             ["https://hooks.slack.com/services/", "http://*.monitoring.svc:9093"]
         );
+        assert_eq!(manifest.grant.http().networks(), ["10.96.0.0/12".parse().unwrap()]);
         let names: Vec<&str> = manifest.env.iter().map(|var| var.name.as_str()).collect();
         assert_eq!(names, ["GREETING", "LEVEL", "SLACK_URL"]);
         assert_eq!(manifest.env[0].value, EnvValue::Literal("hi".into()));
@@ -1056,6 +1065,10 @@ mod tests {
                 .starts_with("p.toml: line 2, column 9: grant.http.allow:")
         );
         assert!(message("[grant.http]\nallow = [\"https://example.com/a/../b\"]").contains("grant.http.allow:"));
+        assert_eq!(
+            message("[grant.http]\nallow = []\nnetworks = [\"10.0.0.0\"]"),
+            "p.toml: line 3, column 12: grant.http.networks: \"10.0.0.0\": a network is a CIDR, e.g. 10.96.0.0/12 or fd00::/8"
+        );
         assert!(message("[env]\n\"1BAD\" = \"x\"").contains("\"1BAD\" is not an environment variable name"));
         assert!(
             message("[env]\nA = { secret = \"slack\", key = \"url\" }").contains("A: \"slack\" is not namespace/name")

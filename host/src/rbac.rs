@@ -151,6 +151,23 @@ impl Permissions {
         }
     }
 
+    /// Adds what following the API server's addresses needs, for plugins'
+    /// outbound HTTP to be refused them ([`crate::outbound::follow_api_server`]):
+    /// `list` and `watch` on the Service `default/kubernetes` (by name) and on
+    /// the EndpointSlices of `default` (RBAC cannot name them by label).
+    pub fn add_api_server_addresses(&mut self) {
+        self.rules(Some("default"))
+            .entry(("discovery.k8s.io".to_owned(), "endpointslices".to_owned()))
+            .or_default()
+            .extend(["list", "watch"]);
+        self.named
+            .entry("default".to_owned())
+            .or_default()
+            .entry((String::new(), "services".to_owned()))
+            .or_default()
+            .insert("kubernetes".to_owned());
+    }
+
     /// Adds what leader election on Leases in `namespace` needs: `get`,
     /// `create` and `update`, and `list` (per plugin, a replica reads its
     /// group's Leases in one list).

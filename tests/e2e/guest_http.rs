@@ -25,9 +25,11 @@ async fn fetch_line(logs: &Logs, plugin: &str) -> String {
     fetched().unwrap()
 }
 
-/// Runs the test plugin in `source` twice: `granted`, whose allow-list names
-/// the test server, and `ungranted`, with no `[grant.http]`; each fetches
-/// `/ok` once. The refused fetch is logged as a line starting with `refused`.
+/// Runs the test plugin in `source` three times: `granted`, whose allow-list
+/// names the test server; `unlisted`, whose allow-list names another; and
+/// `ungranted`, with no `[grant.http]`. Each fetches `/ok` once. The refused
+/// fetch is logged as a line starting with `refused`; the ungranted plugin,
+/// which has no `wasi:http` to call, traps.
 async fn granted_and_ungranted(language: Language, source: &str, refused: &str) {
     let (web, received) = serve().await;
     let port = web.port();
@@ -37,7 +39,7 @@ async fn granted_and_ungranted(language: Language, source: &str, refused: &str) 
     let origin = format!("http://127.0.0.1:{port}");
     // The granted copy's GREETING comes from a Secret, the other's is literal.
     let granted = format!(
-        "{}[grant.http]\nallow = [\"{origin}\"]\n[env]\nGREETING = {{ secret = \"ns-0/greeting\", key = \"text\" }}\n",
+        "{}[grant.http]\nallow = [\"{origin}\"]\nnetworks = [\"127.0.0.1/32\"]\n[env]\nGREETING = {{ secret = \"ns-0/greeting\", key = \"text\" }}\n",
         quick_manifest(&format!("{origin}/ok?{source}-granted"))
     );
     publish(d, "granted.toml", granted.as_bytes());
@@ -48,6 +50,12 @@ async fn granted_and_ungranted(language: Language, source: &str, refused: &str) 
     );
     publish(d, "ungranted.toml", ungranted.as_bytes());
     publish(d, "ungranted.wasm", &wasm);
+    let unlisted = format!(
+        "{}[grant.http]\nallow = [\"https://hooks.example.com\"]\n[env]\nGREETING = \"plain\"\n",
+        quick_manifest(&format!("{origin}/ok?{source}-unlisted"))
+    );
+    publish(d, "unlisted.toml", unlisted.as_bytes());
+    publish(d, "unlisted.wasm", &wasm);
     let (_server, churn, client) = cluster(&Workload::default().seed(5).size(1, 1, 2)).await;
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "greeting", "namespace": "ns-0"},
@@ -66,8 +74,18 @@ async fn granted_and_ungranted(language: Language, source: &str, refused: &str) 
     // Settings reach the language's own environment.
     assert!(logs.of("granted").contains(&"env GREETING=from-a-secret".to_owned()));
     assert!(logs.of("ungranted").contains(&"env GREETING=plain".to_owned()));
-    let line = fetch_line(&logs, "ungranted").await;
+    let line = fetch_line(&logs, "unlisted").await;
     assert!(line.starts_with(refused), "{line}");
+    until("the ungranted plugin to trap", Duration::from_secs(30), || {
+        plugin_status(&runtime, "ungranted").traps >= 1
+    })
+    .await;
+    let ungranted = plugin_status(&runtime, "ungranted");
+    let error = ungranted.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("outbound HTTP is not granted to this plugin ([grant.http]"),
+        "{ungranted:#?}"
+    );
 
     // The granted request reached the server; the refused one never did.
     assert_eq!(
@@ -76,19 +94,22 @@ async fn granted_and_ungranted(language: Language, source: &str, refused: &str) 
         "{:?}",
         received.lines()
     );
-    assert_eq!(
-        received.count(&format!("?{source}-ungranted")),
-        0,
-        "a refused request reached the server: {:?}",
-        received.lines()
-    );
+    for refused in ["ungranted", "unlisted"] {
+        assert_eq!(
+            received.count(&format!("?{source}-{refused}")),
+            0,
+            "a refused request reached the server: {:?}",
+            received.lines()
+        );
+    }
     // The host counted each by origin and outcome.
     let granted = plugin_status(&runtime, "granted");
     assert!(granted.http_by.contains_key(&(origin.clone(), "ok")), "{granted:#?}");
-    let ungranted = plugin_status(&runtime, "ungranted");
-    assert_eq!(ungranted.http_requests, 0, "{ungranted:#?}");
-    assert!(ungranted.http_by.contains_key(&(origin, "denied")), "{ungranted:#?}");
-    for plugin in [&granted, &ungranted] {
+    let unlisted = plugin_status(&runtime, "unlisted");
+    assert_eq!(unlisted.http_requests, 0, "{unlisted:#?}");
+    assert!(unlisted.http_by.contains_key(&(origin, "denied")), "{unlisted:#?}");
+    assert!(ungranted.http_by.is_empty(), "{ungranted:#?}");
+    for plugin in [&granted, &unlisted] {
         assert_eq!((plugin.traps, plugin.errors), (0, 0), "{plugin:#?}");
     }
     runtime.shutdown().await;

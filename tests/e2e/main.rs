@@ -17,6 +17,7 @@ mod reload;
 mod replay;
 mod rollout;
 mod runtime;
+mod sandbox;
 mod scaffold;
 mod settings;
 mod tenants;

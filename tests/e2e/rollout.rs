@@ -533,3 +533,74 @@ async fn a_next_version_that_does_not_load_leaves_every_key_to_the_running_versi
     every_change_reconciled_by(&logs, "ctl", &versions, "the running version to reconcile every change").await;
     runtime.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_sends_no_request_and_its_requests_are_compared_with_the_running_version_s() {
+    let (web, received) = kinformer_tests::http::serve().await;
+    let origin = format!("http://{web}");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let manifest = |path: &str, rollout: bool| {
+        let rollout = if rollout { "[rollout]\nmode = \"shadow\"\n" } else { "" };
+        format!(
+            "config = \"fetch={origin}{path}\"\n[grant.http]\nallow = [\"{origin}\"]\nnetworks = [\"127.0.0.1/32\"]\n\
+             [limits]\nhttp-requests-per-second = 1000\nhttp-burst = 1000\nlog-lines-per-second = 1000000\n{rollout}"
+        )
+    };
+    // A notifier and its shadow, the same; and one whose shadow posts elsewhere.
+    install(d, "notify", "hostile.wasm", Some(&manifest("/hook?same", false)));
+    install(d, "notify.next", "hostile.wasm", Some(&manifest("/hook?same", true)));
+    install(d, "moved", "hostile.wasm", Some(&manifest("/hook?moved", false)));
+    install(
+        d,
+        "moved.next",
+        "hostile.wasm",
+        Some(&manifest("/elsewhere?moved", true)),
+    );
+    let (_server, churn, client) = cluster(&Workload::default().seed(21).size(1, 1, 2)).await;
+    let logs = Logs::default();
+    let runtime = Runtime::start(client, RuntimeConfig::new(d).log_sink(logs.sink()))
+        .await
+        .unwrap();
+    until("both shadows to compare calls", Duration::from_secs(60), || {
+        ["notify", "moved"].iter().all(|name| {
+            plugin_status(&runtime, name)
+                .rollout
+                .is_some_and(|report| report.total_compared() >= 5)
+        })
+    })
+    .await;
+    churn.abort();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Each delta announced once: the shadow's requests were answered with
+    // the running version's responses, never sent.
+    let sent = received.count("?same");
+    let running = plugin_status(&runtime, "notify");
+    assert_eq!(sent as u64, running.http_requests, "{:?}", received.lines());
+    let shadow = plugin_status(&runtime, "notify.next");
+    assert!(shadow.http_requests > 0, "{shadow:?}");
+    assert!(logs.of("notify.next").iter().any(|line| line == "fetch 200 5"));
+    let report = running.rollout.unwrap();
+    assert!(report.differences.is_empty(), "{:#?}", report.differences);
+    assert!(report.compared.get("same").copied().unwrap_or(0) >= 5, "{report:?}");
+    // The moved shadow's requests went nowhere, and are the difference.
+    assert_eq!(received.count("/elsewhere"), 0, "{:?}", received.lines());
+    let report = plugin_status(&runtime, "moved").rollout.unwrap();
+    let texts: Vec<String> = report
+        .differences
+        .iter()
+        .flat_map(|difference| difference.differences.iter().map(ToString::to_string))
+        .collect();
+    assert!(report.rolled_back.is_none(), "{report:?}");
+    assert!(
+        texts
+            .iter()
+            .any(|text| text.starts_with(&format!("only-live GET http {origin}/hook?moved")))
+            && texts
+                .iter()
+                .any(|text| text.starts_with(&format!("only-shadow GET http {origin}/elsewhere?moved"))),
+        "{texts:#?}"
+    );
+    runtime.shutdown().await;
+}

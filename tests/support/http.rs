@@ -5,6 +5,8 @@
 //! - `/redirect` answers `302` to the cloud metadata address;
 //! - `/hang` reads the request and never answers;
 //! - `/endless` answers `200` and streams a body that never ends;
+//! - `/stall` answers `200` with the headers of a long body, sends none of
+//!   it, and notes when the client closes the connection ([`Received::closed`]);
 //! - anything else answers `200 hello`.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
@@ -14,11 +16,18 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// What the server got: each request's line and body, in order.
+/// What the server got: each request's line and body, in order; and the
+/// lines of the `/stall` requests whose connection the client closed.
 #[derive(Debug, Clone, Default)]
-pub struct Received(Arc<Mutex<Vec<(String, String)>>>);
+pub struct Received(Arc<Mutex<Vec<(String, String)>>>, Arc<Mutex<Vec<String>>>);
 
 impl Received {
+    /// How many `/stall` requests whose lines contain `part` had their
+    /// connection closed by the client.
+    pub fn closed(&self, part: &str) -> usize {
+        self.1.lock().unwrap().iter().filter(|line| line.contains(part)).count()
+    }
+
     /// The request lines (`GET /path HTTP/1.1`).
     pub fn lines(&self) -> Vec<String> {
         self.0.lock().unwrap().iter().map(|(line, _)| line.clone()).collect()
@@ -43,7 +52,12 @@ impl Received {
 
 /// Starts the server on a free loopback port.
 pub async fn serve() -> (SocketAddr, Received) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_on("127.0.0.1").await
+}
+
+/// Starts the server on a free port of `ip` (any loopback address).
+pub async fn serve_on(ip: &str) -> (SocketAddr, Received) {
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
     let address = listener.local_addr().unwrap();
     let received = Received::default();
     let kept = received.clone();
@@ -93,6 +107,17 @@ async fn answer(mut stream: TcpStream, received: Received) {
         let _ = stream
             .write_all(b"HTTP/1.1 302 Found\r\nlocation: http://169.254.169.254/latest/meta-data/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
             .await;
+    } else if path.starts_with("/stall") {
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000\r\nconnection: close\r\n\r\n")
+            .await;
+        // Sends nothing more; waits for the client to go.
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+        }
+        received.1.lock().unwrap().push(line);
     } else if path.starts_with("/endless") {
         let _ = stream
             .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")

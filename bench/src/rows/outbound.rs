@@ -41,7 +41,7 @@ async fn kinformer_requests(url: &str, requests: usize) -> anyhow::Result<f64> {
     let client = kube::Client::try_from(server.client_config())?;
     let origin = url.trim_end_matches("/bench");
     let manifest = format!(
-        "config = \"sequential={requests}@{url}\"\n[grant.http]\nallow = [\"{origin}\"]\n\
+        "config = \"sequential={requests}@{url}\"\n[grant.http]\nallow = [\"{origin}\"]\nnetworks = [\"127.0.0.1/32\"]\n\
          [limits]\ncall-timeout-ms = 60000\nhttp-requests-per-second = 10000\nhttp-burst = 100000\n"
     );
     let plugin = (PLUGIN, plugin_artifacts::test_plugin("hostile.wasm"), manifest.as_str());

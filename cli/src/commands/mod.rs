@@ -105,9 +105,10 @@ pub(crate) async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Cl
     Ok(kube::Client::try_from(cluster(kubeconfig).await?)?)
 }
 
-/// The cluster's configuration: from `kubeconfig`, or as kubectl finds it.
+/// The cluster's configuration: from `kubeconfig`, or as kubectl finds it,
+/// with the proxy kubectl would take from the environment.
 pub(crate) async fn cluster(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
-    Ok(match kubeconfig {
+    let mut config = match kubeconfig {
         Some(path) => {
             let file =
                 kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
@@ -116,7 +117,9 @@ pub(crate) async fn cluster(kubeconfig: Option<&Path>) -> anyhow::Result<kube::C
         None => kube::Config::infer()
             .await
             .context("no cluster configured: pass --kubeconfig or set KUBECONFIG")?,
-    })
+    };
+    kinformer::cluster::proxy::apply_environment(&mut config, |name| std::env::var(name).ok());
+    Ok(config)
 }
 
 /// A duration as Kubernetes flags write them: `15s`, `500ms`, `1m`.

@@ -42,6 +42,34 @@ pub struct WriteRecord {
 }
 
 impl WriteRecord {
+    /// An outbound HTTP request as a rollout compares it with the other
+    /// version's: resource `http`, its method as the verb, its URL as the
+    /// key, and its body's SHA-256 as the body; refused when the plugin's
+    /// grant or limits refused it, `ok` however else it ended.
+    #[must_use]
+    pub fn of_request(intent: &crate::outbound::Intent, outcome: crate::outbound::Outcome, shadow: bool) -> Self {
+        let outcome = if outcome.is_refusal() { outcome.as_str() } else { "ok" };
+        let verb = match intent.method.as_str() {
+            "GET" => "GET",
+            "POST" => "POST",
+            "PUT" => "PUT",
+            "PATCH" => "PATCH",
+            "DELETE" => "DELETE",
+            "HEAD" => "HEAD",
+            "OPTIONS" => "OPTIONS",
+            _ => "HTTP",
+        };
+        Self {
+            verb,
+            resource: "http".into(),
+            key: intent.url.clone(),
+            outcome,
+            message: None,
+            dry_run: shadow,
+            body: Some(serde_json::json!({"sha256": intent.body_sha256}).to_string()),
+        }
+    }
+
     /// True when the write was done (or, in dry run, validated).
     #[must_use]
     pub fn is_ok(&self) -> bool {

@@ -32,6 +32,7 @@ mod connection;
 mod discovery;
 mod events;
 mod offline;
+pub mod proxy;
 mod reader;
 mod request;
 mod writer;

@@ -4,13 +4,18 @@
 //! An entry is `scheme://host[:port][/path-prefix]`: `https` or `http`, a DNS
 //! name (`*.example.com` for its subdomains), an IP literal, or `*` for any
 //! host; the scheme's port when none is given; and a path the request's path
-//! must start with. Names compare without case or a trailing dot, IP literals
-//! by the address they spell.
+//! must be under. Names compare without case or a trailing dot, IP literals
+//! by the address they spell, paths as a server reads them: percent-decoded,
+//! `;` parameters and dot segments resolved ([`normalize_path`]).
+//!
+//! Beside the list, the grant's `networks` are the private, loopback and
+//! link-local networks (CIDRs) the plugin may reach at all; none by default
+//! (see [`super::AddressPolicy`]).
 
 use std::fmt;
 use std::net::IpAddr;
 
-use super::address::ip_literal;
+use super::address::{IpNet, ip_literal};
 
 /// Why an allow-list entry or a request URL cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -23,8 +28,14 @@ pub enum UrlError {
     #[error("{0:?}: want scheme://host[:port][/path], without user info")]
     Malformed(String),
     /// A path prefix with `.`/`..` segments, encoded dots or a query.
-    #[error("{0:?}: a path prefix is a plain path, without dot segments or a query")]
+    #[error("{0:?}: a path prefix is a plain path, without dot segments, escapes, parameters or a query")]
     Path(String),
+    /// A port past 65535, or 0.
+    #[error("{0:?}: the port must be from 1 to 65535")]
+    Port(String),
+    /// A network that is not a CIDR.
+    #[error("{0:?}: a network is a CIDR, e.g. 10.96.0.0/12 or fd00::/8")]
+    Network(String),
 }
 
 /// `http` or `https`.
@@ -191,7 +202,12 @@ impl AllowedUrl {
         }
         let (host, port) = split_port(authority).ok_or_else(malformed)?;
         let port = match port {
-            Some(port) => port.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(malformed)?,
+            Some(port) if port.is_empty() || !port.chars().all(|c| c.is_ascii_digit()) => return Err(malformed()),
+            Some(port) => port
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p != 0)
+                .ok_or_else(|| UrlError::Port(text.to_owned()))?,
             None => scheme.default_port(),
         };
         let host = match host {
@@ -204,7 +220,7 @@ impl AllowedUrl {
         };
         let path_prefix = match path {
             None | Some("/") => None,
-            Some(path) if path.contains(['?', '#', '\\', '%']) || has_dot_segment(path) => {
+            Some(path) if path.contains(['?', '#', '\\', '%', ';']) || has_dot_segment(path) => {
                 return Err(UrlError::Path(text.to_owned()));
             }
             Some(path) => Some(path.to_owned()),
@@ -218,12 +234,20 @@ impl AllowedUrl {
         })
     }
 
-    /// The IP literal the entry names, if it names one: such an address is
-    /// let through even when loopback or link-local.
+    /// The IP literal the entry names, if it names one.
     #[must_use]
-    pub fn listed_ip(&self) -> Option<IpAddr> {
+    pub fn ip(&self) -> Option<IpAddr> {
         match &self.host {
             HostPattern::Exact(Host::Ip(ip)) => Some(*ip),
+            _ => None,
+        }
+    }
+
+    /// The DNS name the entry names, if it names one.
+    #[must_use]
+    pub fn name(&self) -> Option<&str> {
+        match &self.host {
+            HostPattern::Exact(Host::Name(name)) => Some(name),
             _ => None,
         }
     }
@@ -241,14 +265,10 @@ impl AllowedUrl {
         };
         let path = match &self.path_prefix {
             None => true,
-            // A path that walks out of the prefix with dot segments, or hides
-            // them encoded, is not under it.
-            Some(prefix) => {
-                target.path.starts_with(prefix.as_str())
-                    && !has_dot_segment(&target.path)
-                    && !target.path.to_ascii_lowercase().contains("%2e")
-                    && !target.path.contains('\\')
-            }
+            // Compared as the server will read the path: a path that walks
+            // out of the prefix (with dot segments, plain, encoded or behind
+            // `;` parameters) is not under it, nor one that cannot be read.
+            Some(prefix) => normalize_path(&target.path).is_some_and(|path| under(&path, prefix)),
         };
         self.scheme == target.scheme && host && self.port == target.port && path
     }
@@ -280,10 +300,76 @@ fn has_dot_segment(path: &str) -> bool {
     path.split('/').any(|segment| segment == "." || segment == "..")
 }
 
-/// A plugin's HTTP allow-list: empty, the default, allows nothing.
+/// True when `path` is `prefix` or below it: `/hooks/ok` is under `/hooks/ok`
+/// and `/hooks/`, not under `/hooks/o`.
+fn under(path: &str, prefix: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        None => false,
+        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+    }
+}
+
+/// A request path as a server reads it: each segment's `;` parameters
+/// dropped, percent escapes decoded, `.` and `..` segments resolved. `None`
+/// for a path that means different things to different servers: a bad
+/// escape, an escape that decodes to `/`, `\`, `%`, `;` or a control
+/// character (an encoded separator, or an escape escaped twice), a `\`, or
+/// a `..` above the root.
+#[must_use]
+pub fn normalize_path(path: &str) -> Option<String> {
+    if !path.starts_with('/') || path.contains('\\') {
+        return None;
+    }
+    let mut segments: Vec<String> = Vec::new();
+    let raw: Vec<&str> = path[1..].split('/').collect();
+    let last = raw.len() - 1;
+    for (i, segment) in raw.into_iter().enumerate() {
+        let segment = segment.split_once(';').map_or(segment, |(name, _)| name);
+        let decoded = percent_decode(segment)?;
+        let dots = matches!(decoded.as_str(), "." | "..");
+        if decoded == ".." {
+            segments.pop()?;
+        } else if !dots {
+            segments.push(decoded);
+        }
+        // A path ending in a dot segment names a directory.
+        if i == last && dots {
+            segments.push(String::new());
+        }
+    }
+    Some(format!("/{}", segments.join("/")))
+}
+
+fn percent_decode(segment: &str) -> Option<String> {
+    if !segment.contains('%') {
+        return Some(segment.to_owned());
+    }
+    let bytes = segment.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = segment.get(i + 1..i + 3)?;
+            let byte = u8::from_str_radix(hex, 16).ok()?;
+            if matches!(byte, b'/' | b'\\' | b'%' | b';') || byte.is_ascii_control() {
+                return None;
+            }
+            decoded.push(byte);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(decoded).ok()
+}
+
+/// A plugin's HTTP allow-list, and the private networks it may reach: empty,
+/// the default, allows nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HttpGrant {
     allow: Vec<AllowedUrl>,
+    networks: Vec<IpNet>,
 }
 
 impl HttpGrant {
@@ -295,7 +381,28 @@ impl HttpGrant {
     pub fn new<'a>(entries: impl IntoIterator<Item = &'a str>) -> Result<Self, UrlError> {
         Ok(Self {
             allow: entries.into_iter().map(AllowedUrl::parse).collect::<Result<_, _>>()?,
+            networks: Vec::new(),
         })
+    }
+
+    /// Opens these networks (CIDRs: `10.96.0.0/12`, `127.0.0.1/32`,
+    /// `fd00::/8`) to the plugin: the loopback, link-local and private
+    /// addresses in them are let through. Never metadata services, the API
+    /// server or the host itself.
+    ///
+    /// # Errors
+    ///
+    /// When a network is not a CIDR.
+    pub fn with_networks<'a>(mut self, networks: impl IntoIterator<Item = &'a str>) -> Result<Self, UrlError> {
+        self.networks = networks
+            .into_iter()
+            .map(|text| {
+                text.parse::<IpNet>()
+                    .map(|net| net.trunc())
+                    .map_err(|_| UrlError::Network(text.to_owned()))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(self)
     }
 
     /// The entries.
@@ -304,10 +411,22 @@ impl HttpGrant {
         &self.allow
     }
 
+    /// The networks the grant opens.
+    #[must_use]
+    pub fn networks(&self) -> &[IpNet] {
+        &self.networks
+    }
+
     /// True when no request is allowed.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.allow.is_empty()
+    }
+
+    /// True when `ip`, refused by default, is in a network the grant opens.
+    #[must_use]
+    pub fn opens(&self, ip: IpAddr) -> bool {
+        self.networks.iter().any(|network| network.contains(&ip))
     }
 
     /// The first entry that allows a request to `target`.
@@ -382,11 +501,80 @@ mod tests {
     fn ip_literals_match_by_the_address_they_spell() {
         let local = grant(&["http://127.0.0.1:8080"]);
         let entry = local.allowing(&target("http://2130706433:8080/hook")).unwrap();
-        assert_eq!(entry.listed_ip(), Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(entry.ip(), Some("127.0.0.1".parse().unwrap()));
         assert!(local.allowing(&target("http://0x7f.1:8080/")).is_some());
         assert!(local.allowing(&target("http://[::ffff:127.0.0.1]:8080/")).is_some());
         assert!(local.allowing(&target("http://localhost:8080/")).is_none());
         assert!(local.allowing(&target("http://127.0.0.2:8080/")).is_none());
+    }
+
+    #[test]
+    fn a_path_is_matched_as_the_server_reads_it() {
+        let hooks = grant(&["https://example.com/hooks/ok/"]);
+        let allowed = |path: &str| hooks.allowing(&target(&format!("https://example.com{path}"))).is_some();
+        for path in [
+            "/hooks/ok/",
+            "/hooks/ok/send",
+            "/hooks/ok/a/../b",
+            "/hooks/ok/./x",
+            "/hooks/ok;v=1/x",
+            "/hooks/ok/%61bc",
+            "/hooks/ok/hello%20world",
+        ] {
+            assert!(allowed(path), "{path}");
+        }
+        for path in [
+            "/hooks/ok/..;/admin",
+            "/hooks/ok/../admin",
+            "/hooks/ok/..%2f..%2fadmin",
+            "/hooks/ok/%2e%2e/admin",
+            "/hooks/ok/%2E%2E/admin",
+            "/hooks/ok/%252e%252e/admin",
+            "/hooks/ok/%2e%2e%3b/admin",
+            "/hooks/ok/x%5c..%5cadmin",
+            "/hooks/ok/%zz",
+            "/hooks/ok/%00",
+            "/hooks/ok/../../../etc",
+            "/hooks/okay",
+            "/hooks/o",
+            "/admin",
+        ] {
+            assert!(!allowed(path), "{path}");
+        }
+        let exact = grant(&["https://example.com/api"]);
+        assert!(exact.allowing(&target("https://example.com/api")).is_some());
+        assert!(exact.allowing(&target("https://example.com/api/v1")).is_some());
+        assert!(exact.allowing(&target("https://example.com/apiary")).is_none());
+    }
+
+    #[test]
+    fn normalizing_resolves_dots_and_refuses_what_servers_read_differently() {
+        assert_eq!(normalize_path("/a/./b/../c").as_deref(), Some("/a/c"));
+        assert_eq!(normalize_path("/a/b/..").as_deref(), Some("/a/"));
+        assert_eq!(normalize_path("/a;x/b;y=1").as_deref(), Some("/a/b"));
+        assert_eq!(normalize_path("/%41").as_deref(), Some("/A"));
+        assert_eq!(normalize_path("/.."), None);
+        assert_eq!(normalize_path("/a/%2f"), None);
+        assert_eq!(normalize_path("/a/%25"), None);
+        assert_eq!(normalize_path("/a/%"), None);
+        assert_eq!(normalize_path("/a\\b"), None);
+    }
+
+    #[test]
+    fn networks_are_cidrs() {
+        let grant = HttpGrant::default()
+            .with_networks(["10.96.0.0/12", "127.0.0.1/32", "fd00::/8", "10.1.2.3/8"])
+            .unwrap();
+        assert!(grant.opens("10.100.1.1".parse().unwrap()));
+        assert!(grant.opens("10.1.1.1".parse().unwrap()), "a host part is dropped");
+        assert!(!grant.opens("192.168.0.1".parse().unwrap()));
+        for bad in ["10.0.0.0", "10.0.0.0/33", "ten/8", "fd00::/129"] {
+            assert_eq!(
+                HttpGrant::default().with_networks([bad]),
+                Err(UrlError::Network(bad.into())),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
@@ -406,13 +594,14 @@ mod tests {
                 "https://user@example.com",
                 UrlError::Malformed("https://user@example.com".into()),
             ),
-            (
-                "https://example.com:0",
-                UrlError::Malformed("https://example.com:0".into()),
-            ),
+            ("https://example.com:0", UrlError::Port("https://example.com:0".into())),
             (
                 "https://example.com:99999",
-                UrlError::Malformed("https://example.com:99999".into()),
+                UrlError::Port("https://example.com:99999".into()),
+            ),
+            (
+                "https://example.com:https",
+                UrlError::Malformed("https://example.com:https".into()),
             ),
             ("https://*.", UrlError::Malformed("https://*.".into())),
             (

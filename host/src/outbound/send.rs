@@ -1,9 +1,9 @@
 //! Sending one admitted request: resolve, check every address, connect to the
 //! checked one, TLS, HTTP/1.1, with the bodies capped and the exchange timed.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
-use super::{AddressPolicy, Host, HttpRecord, Outcome, Scheme, Shared, Target};
+use super::{Forbidden, Host, HttpRecord, Outcome, ResolveError, Scheme, Shared, Target};
 use crate::limits::Limits;
 
 /// The times one request is held to.
@@ -27,6 +27,11 @@ pub(super) struct Timeouts {
 }
 
 impl Timeouts {
+    /// The longest the whole exchange may take.
+    pub(super) fn total(&self) -> Duration {
+        self.total
+    }
+
     /// The plugin's limits, shortened by what the guest asked for and by what
     /// its call has left (less a margin, so the guest gets a timeout error to
     /// handle rather than a call past its deadline).
@@ -43,29 +48,76 @@ impl Timeouts {
     }
 }
 
+/// Why a request admitted by the allow-list got no response.
+pub(super) struct Failure {
+    /// What the guest is answered.
+    pub(super) error: HttpError,
+    /// The address refused, and why.
+    pub(super) forbidden: Option<(SocketAddr, Forbidden)>,
+    /// What failed, in the host's words.
+    detail: Option<String>,
+}
+
+impl Failure {
+    /// How the request ended, as the audit and `/metrics` name it.
+    pub(super) fn outcome(&self) -> Outcome {
+        match self.forbidden {
+            Some(_) => Outcome::Forbidden,
+            None => Outcome::of(&self.error),
+        }
+    }
+
+    /// The reason the audit line gives.
+    pub(super) fn reason(&self) -> Option<String> {
+        match self.forbidden {
+            Some((address, forbidden)) => Some(format!("{address} is {}", forbidden.describe())),
+            None => self.detail.clone(),
+        }
+    }
+}
+
+impl From<HttpError> for Failure {
+    fn from(error: HttpError) -> Self {
+        Self {
+            error,
+            forbidden: None,
+            detail: None,
+        }
+    }
+}
+
 /// What records the request once its response body ends (or is dropped).
 pub(super) struct Finish {
     pub(super) shared: Arc<Shared>,
     pub(super) method: String,
     pub(super) origin: String,
     pub(super) started: Instant,
+    /// What it asked for, when it is compared with a shadow's.
+    pub(super) intent: Option<super::Intent>,
+    /// Where its response is kept for a shadow.
+    pub(super) keep: Option<Keep>,
+}
+
+/// Where the running version's response is kept for its shadow's same
+/// request (see `mirror`).
+pub(super) struct Keep {
+    pub(super) call: Arc<crate::plugin::CallInputs>,
+    pub(super) query: String,
 }
 
 /// Sends `request` to `target`; the response, whose body records the request
-/// when it ends.
-#[allow(clippy::too_many_arguments, reason = "one admitted request's parts, each used once")]
+/// when it ends. The host ends the exchange at its deadline: the connection
+/// is closed then, whether or not the guest is still reading.
 pub(super) async fn send(
     request: http::Request<WasiBody>,
     target: &Target,
-    listed: Option<IpAddr>,
-    policy: &AddressPolicy,
-    limits: &Limits,
+    shared: &Arc<Shared>,
     timeouts: Timeouts,
     permit: OwnedSemaphorePermit,
     finish: Finish,
-) -> Result<http::Response<WasiBody>, HttpError> {
+) -> Result<http::Response<WasiBody>, Failure> {
     let deadline = tokio::time::Instant::now() + timeouts.total;
-    let connected = tokio::time::timeout(timeouts.connect, connect(target, listed, policy))
+    let connected = tokio::time::timeout(timeouts.connect, connect(target, shared))
         .await
         .map_err(|_| HttpError::ConnectionTimeout)??;
     let io: Box<dyn Stream> = match target.scheme {
@@ -84,11 +136,23 @@ pub(super) async fn send(
         hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(io)),
     )
     .await
-    .map_err(|_| HttpError::ConnectionTimeout)??;
+    .map_err(|_| HttpError::ConnectionTimeout)?
+    .map_err(|error| request_error(&error))?;
+    let report = Arc::new(Mutex::new(None::<Report>));
+    let at_deadline = Arc::clone(&report);
     tokio::spawn(async move {
-        // Ends when the response body is done or dropped; its errors reach the
-        // guest through the body.
-        let _ = connection.await;
+        // Ends when the response body is done or dropped (its errors reach
+        // the guest through the body), or at the deadline: then the
+        // connection is dropped, and with it the socket.
+        tokio::select! {
+            _ = connection => {}
+            () = tokio::time::sleep_until(deadline) => {
+                let pending = at_deadline.lock().unwrap_or_else(PoisonError::into_inner).take();
+                if let Some(report) = pending {
+                    report.record(Outcome::Timeout, 0);
+                }
+            }
+        }
     });
 
     // The request line carries the path only; the Host header the authority.
@@ -97,7 +161,7 @@ pub(super) async fn send(
         .path_and_query(parts.uri.path_and_query().map_or("/", |p| p.as_str()))
         .build()
         .map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    let body = Capped::request(body, limits.http_request_bytes).boxed_unsync();
+    let body = Capped::request(body, shared.limits.http_request_bytes).boxed_unsync();
     let request = http::Request::from_parts(parts, body);
 
     let response = tokio::time::timeout_at(deadline, sender.send_request(request))
@@ -105,22 +169,29 @@ pub(super) async fn send(
         .map_err(|_| HttpError::HttpResponseTimeout)?
         .map_err(|error| request_error(&error))?;
     let status = response.status().as_u16();
+    let kept = finish.keep.is_some().then(|| response.headers().clone());
+    *report.lock().unwrap_or_else(PoisonError::into_inner) = Some(Report {
+        finish,
+        status,
+        _permit: permit,
+    });
     Ok(response.map(|incoming| {
         Capped {
             inner: incoming.map_err(|error| request_error(&error)).boxed_unsync(),
-            cap: limits.http_response_bytes,
+            cap: shared.limits.http_response_bytes,
             seen: 0,
             too_large: TooLarge::Response,
             deadline: Some(Box::pin(tokio::time::sleep_until(deadline))),
-            report: Some(Report {
-                finish,
-                status,
-                _permit: permit,
-            }),
+            report: Some(report),
+            kept: kept.map(|headers| (headers, bytes::BytesMut::new())),
         }
         .boxed_unsync()
     }))
 }
+
+/// The most a response frame read for a plugin may hold: hyper's largest
+/// read (its default `max_buf_size`), held for the guest until it reads it.
+pub(crate) const RESPONSE_BUFFER_BYTES: usize = 8192 + 4096 * 100;
 
 /// A hyper error as the guest sees it: a body over its cap keeps its code.
 fn request_error(error: &hyper::Error) -> HttpError {
@@ -137,26 +208,43 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for 
 
 /// Resolves the target's host, checks every address, and connects to the
 /// first one that answers.
-async fn connect(target: &Target, listed: Option<IpAddr>, policy: &AddressPolicy) -> Result<TcpStream, HttpError> {
+async fn connect(target: &Target, shared: &Shared) -> Result<TcpStream, Failure> {
     let addresses: Vec<SocketAddr> = match &target.host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
-        Host::Name(name) => tokio::net::lookup_host((name.as_str(), target.port))
-            .await
-            .map_err(|_| HttpError::DnsError {
-                rcode: Some("no such host".into()),
-                info_code: None,
-            })?
-            .collect(),
+        Host::Name(name) => {
+            // Closed only when the plugin's Outbound is gone.
+            let _turn = shared.lookups.acquire().await.map_err(|_| HttpError::DnsTimeout)?;
+            match shared.resolver.lookup(name).await {
+                Ok(ips) => ips.into_iter().map(|ip| SocketAddr::new(ip, target.port)).collect(),
+                Err(error) => {
+                    let rcode = match &error {
+                        ResolveError::NotFound(_) => "no such host",
+                        _ => "lookup failed",
+                    };
+                    return Err(Failure {
+                        error: HttpError::DnsError {
+                            rcode: Some(rcode.into()),
+                            info_code: None,
+                        },
+                        forbidden: None,
+                        detail: Some(error.to_string()),
+                    });
+                }
+            }
+        }
     };
     if addresses.is_empty() {
-        return Err(HttpError::DestinationNotFound);
+        return Err(HttpError::DestinationNotFound.into());
     }
     // A name with one forbidden address among good ones is refused whole:
     // which one a connection gets would otherwise be the resolver's choice.
     for address in &addresses {
-        if let Err(forbidden) = policy.check(*address, listed) {
-            tracing::debug!(origin = %target.origin(), %address, "refused: {}", forbidden.describe());
-            return Err(HttpError::DestinationIpProhibited);
+        if let Err(forbidden) = shared.policy.check(*address, shared.grant.networks()) {
+            return Err(Failure {
+                error: HttpError::DestinationIpProhibited,
+                forbidden: Some((*address, forbidden)),
+                detail: None,
+            });
         }
     }
     let mut last = HttpError::ConnectionRefused;
@@ -169,7 +257,7 @@ async fn connect(target: &Target, listed: Option<IpAddr>, policy: &AddressPolicy
             Err(error) => last = HttpError::Connect(error),
         }
     }
-    Err(last)
+    Err(last.into())
 }
 
 fn server_name(host: &Host) -> Result<rustls::pki_types::ServerName<'static>, HttpError> {
@@ -216,26 +304,49 @@ enum TooLarge {
     Response,
 }
 
-/// Records the request when the response body ends or is dropped, and holds
-/// its place among the requests in flight until then.
+/// Records the request when the response body ends or is dropped, or the
+/// deadline passes, whichever is first; and holds its place among the
+/// requests in flight until then.
 struct Report {
     finish: Finish,
     status: u16,
     _permit: OwnedSemaphorePermit,
 }
 
+impl Report {
+    fn record(self, outcome: Outcome, bytes: u64) {
+        let finish = &self.finish;
+        if let (Some(keep), false) = (&finish.keep, outcome == Outcome::Ok || outcome == Outcome::Error) {
+            keep.call
+                .record(keep.query.clone(), crate::plugin::Answer::Http(Err(outcome)));
+        }
+        finish.shared.record(HttpRecord {
+            method: finish.method.clone(),
+            origin: finish.origin.clone(),
+            status: Some(self.status),
+            bytes,
+            elapsed: finish.started.elapsed(),
+            outcome,
+            reason: (outcome == Outcome::Timeout).then(|| "the exchange outlasted its deadline".to_owned()),
+            intent: finish.intent.clone(),
+        });
+    }
+}
+
 /// A body cut at `cap` bytes and, for a response, at the request's deadline.
-struct Capped {
+pub(super) struct Capped {
     inner: WasiBody,
     cap: u64,
     seen: u64,
     too_large: TooLarge,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    report: Option<Report>,
+    report: Option<Arc<Mutex<Option<Report>>>>,
+    /// A response kept for a shadow: its headers and the body read so far.
+    kept: Option<(http::HeaderMap, bytes::BytesMut)>,
 }
 
 impl Capped {
-    fn request(inner: WasiBody, cap: u64) -> Self {
+    pub(super) fn request(inner: WasiBody, cap: u64) -> Self {
         Self {
             inner,
             cap,
@@ -243,21 +354,31 @@ impl Capped {
             too_large: TooLarge::Request,
             deadline: None,
             report: None,
+            kept: None,
         }
     }
 
-    /// Records the request once, with how it ended.
+    /// Records the request once, with how it ended (unless its deadline
+    /// recorded it first); a kept response is handed to the shadow.
     fn end(&mut self, outcome: Outcome) {
-        if let Some(report) = self.report.take() {
-            let finish = &report.finish;
-            finish.shared.record(HttpRecord {
-                method: finish.method.clone(),
-                origin: finish.origin.clone(),
-                status: Some(report.status),
-                bytes: self.seen,
-                elapsed: finish.started.elapsed(),
-                outcome,
-            });
+        let pending = self
+            .report
+            .take()
+            .and_then(|report| report.lock().unwrap_or_else(PoisonError::into_inner).take());
+        if let Some(report) = pending {
+            if let (Some((headers, body)), Some(keep)) = (self.kept.take(), &report.finish.keep)
+                && matches!(outcome, Outcome::Ok | Outcome::Error)
+            {
+                let exchange = crate::plugin::HttpAnswer::new(report.status, headers, body.freeze());
+                let exchange = if outcome == Outcome::Ok {
+                    exchange
+                } else {
+                    exchange.cut()
+                };
+                keep.call
+                    .record(keep.query.clone(), crate::plugin::Answer::Http(Ok(exchange)));
+            }
+            report.record(outcome, self.seen);
         }
     }
 }
@@ -286,6 +407,9 @@ impl Body for Capped {
             }
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
+                    if let Some((_, kept)) = &mut this.kept {
+                        kept.extend_from_slice(data);
+                    }
                     this.seen += data.len() as u64;
                     if this.seen > this.cap {
                         let error = match this.too_large {

@@ -1,9 +1,10 @@
 //! A compiled and linked plugin component, from which instances are made.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::component::InstancePre;
-use wasmtime::{Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
+use wasmtime::{CallHook, Store, UpdateDeadline};
 
 use super::epoch::{EpochClock, Running};
 use super::host::HostState;
@@ -18,7 +19,14 @@ pub struct PluginComponent {
     pub(super) name: String,
     pub(super) digest: String,
     pub(super) engine: PluginEngine,
-    pub(super) pre: Pre,
+    pub(super) linked: Arc<Linked>,
+}
+
+/// A component linked twice: with `wasi:http`, for a plugin granted HTTP,
+/// and with `wasi:http`'s functions trapping, for the others.
+pub(super) struct Linked {
+    pub(super) granted: Pre,
+    pub(super) sealed: Pre,
 }
 
 /// A component pre-instantiated for the world it implements.
@@ -55,7 +63,7 @@ impl PluginComponent {
     /// True for a controller (the `controller` world).
     #[must_use]
     pub fn is_controller(&self) -> bool {
-        matches!(self.pre, Pre::Controller(_))
+        matches!(self.linked.granted, Pre::Controller(_))
     }
 
     /// Creates a fresh instance in its own store, reading from `caches`.
@@ -75,21 +83,23 @@ impl PluginComponent {
             plugin: self.name.clone(),
             limit,
         })?;
-        let store_limits: StoreLimits = StoreLimitsBuilder::new()
-            .memory_size(options.limits.memory_bytes)
-            .instances(16)
-            .tables(16)
-            .memories(4)
-            .trap_on_grow_failure(true)
-            .build();
         let call_timeout = options.limits.call_timeout;
-        let state = HostState::new(self.name.clone(), caches, options, store_limits);
+        let state = HostState::new(self.name.clone(), caches, options);
+        let pre = if state.http_granted() {
+            &self.linked.granted
+        } else {
+            &self.linked.sealed
+        };
         let mut store = Store::new(&self.engine.engine, state);
         store.limiter(|state| &mut state.store_limits);
         store.epoch_deadline_callback(at_epoch_tick);
+        store.call_hook(|mut store, hook| match hook {
+            CallHook::ReturningFromHost => store.data_mut().after_host_call(),
+            _ => Ok(()),
+        });
         let clock = self.engine.ticker.clock().clone();
         let running = start_call(&mut store, &clock, call_timeout);
-        let plugin = match &self.pre {
+        let plugin = match pre {
             Pre::Handler(pre, layout) => Handler::instantiate(&mut store, pre, *layout).map(Exports::Handler),
             Pre::Controller(pre) => pre.instantiate(&mut store).map(Exports::Controller),
         }

@@ -111,9 +111,9 @@ impl PluginEngine {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(Error::Engine)?;
-        // Linked for every plugin (a JavaScript component imports it whether
-        // or not it fetches); each request is checked against the plugin's
-        // own allow-list, empty unless its manifest grants some.
+        // For a plugin whose manifest grants no HTTP, its functions are
+        // replaced by ones that trap (see `without_http`); for the others,
+        // each request is checked against the plugin's own allow-list.
         wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(Error::Engine)?;
         super::wasi::bound_blocking(&mut linker).map_err(Error::Engine)?;
         bindings::Writer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
@@ -272,31 +272,72 @@ impl PluginEngine {
             cached = compiled_before,
             "compiled plugin"
         );
-        let pre = self.linker.instantiate_pre(&component).map_err(|source| Error::Link {
+        let link_error = |source| Error::Link {
             plugin: name.to_owned(),
             source,
-        })?;
-        let pre = if lean_bindings::WriterPre::new(pre.clone()).is_ok() {
-            Pre::Handler(pre, Layout::Lean)
-        } else {
-            match bindings::WriterPre::new(pre.clone()) {
-                Ok(_) => Pre::Handler(pre, Layout::Records),
-                Err(not_handler) => match controller_bindings::ControllerPre::new(pre) {
-                    Ok(controller) => Pre::Controller(controller),
-                    Err(_) => {
-                        return Err(Error::Link {
-                            plugin: name.to_owned(),
-                            source: not_handler,
-                        });
-                    }
-                },
-            }
         };
+        let pre = world(self.linker.instantiate_pre(&component).map_err(link_error)?).map_err(link_error)?;
+        let sealed = without_http(&self.linker, &component, &self.engine)
+            .and_then(|linker| linker.instantiate_pre(&component))
+            .and_then(world)
+            .map_err(link_error)?;
         Ok(PluginComponent {
             name: name.to_owned(),
             digest,
             engine: self.clone(),
-            pre,
+            linked: Arc::new(super::component::Linked { granted: pre, sealed }),
         })
     }
+}
+
+/// Which world `pre` implements, from its exports: the newest handler world
+/// it matches, or the controller world.
+fn world(pre: wasmtime::component::InstancePre<HostState>) -> wasmtime::Result<Pre> {
+    if lean_bindings::WriterPre::new(pre.clone()).is_ok() {
+        return Ok(Pre::Handler(pre, Layout::Lean));
+    }
+    match bindings::WriterPre::new(pre.clone()) {
+        Ok(_) => Ok(Pre::Handler(pre, Layout::Records)),
+        Err(not_handler) => controller_bindings::ControllerPre::new(pre)
+            .map(Pre::Controller)
+            .map_err(|_| not_handler),
+    }
+}
+
+/// `linker` with every `wasi:http` function `component` imports trapping:
+/// how a plugin whose manifest grants no HTTP is linked. A component may
+/// import `wasi:http` without using it (every JavaScript component does), so
+/// the imports are there; none of them does anything, so no plugin makes
+/// host-side HTTP state it was not granted.
+fn without_http(
+    linker: &Linker<HostState>,
+    component: &Component,
+    engine: &Engine,
+) -> wasmtime::Result<Linker<HostState>> {
+    use wasmtime::component::types::ComponentItem;
+    let mut sealed = linker.clone();
+    sealed.allow_shadowing(true);
+    for (name, item) in component.component_type().imports(engine) {
+        let ComponentItem::ComponentInstance(instance) = item.ty else {
+            continue;
+        };
+        let Some(interface) = name.strip_prefix("wasi:http/") else {
+            continue;
+        };
+        // The linker's own instance, which answers this import by semver.
+        let interface = interface.split('@').next().unwrap_or(interface);
+        let mut linked = sealed.instance(&format!("wasi:http/{interface}@{}", super::wasi::HTTP_VERSION))?;
+        for (function, item) in instance.exports(engine) {
+            if let ComponentItem::ComponentFunc(_) = item.ty {
+                let said = format!("{name}#{function}");
+                linked.func_new(function, move |_, _, _, _| {
+                    Err(wasmtime::format_err!(
+                        "{said}: outbound HTTP is not granted to this plugin ([grant.http] in its manifest)"
+                    ))
+                })?;
+            }
+        }
+    }
+    sealed.allow_shadowing(false);
+    Ok(sealed)
 }

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use kube::api::GroupVersionKind;
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, StoreLimits};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
@@ -19,6 +18,7 @@ use super::budget::CpuBudget;
 use super::deadline::DeadlineCredit;
 use super::inputs::{Answer, SharedInputs};
 use super::lean_deltas;
+use super::limiter::{Limiter, MAX_RESOURCES};
 use super::log::PluginLog;
 use crate::caches::Caches;
 use crate::cluster::Writer;
@@ -36,6 +36,8 @@ use super::PluginOptions;
 const MAX_ARGUMENT_LEN: usize = 512;
 /// The longest label selector a plugin may pass.
 const MAX_SELECTOR_LEN: usize = 4096;
+/// The most bytes one set of header fields a plugin builds may hold.
+const FIELDS_BYTES: usize = 64 * 1024;
 /// The data of one plugin's store.
 pub(crate) struct HostState {
     name: String,
@@ -54,66 +56,19 @@ pub(crate) struct HostState {
     http: WasiHttpCtx,
     /// Where its outbound requests go.
     outbound: Outbound,
+    /// Its memory, against `limits.memory-mib`.
     pub(crate) store_limits: Limiter,
+    /// Set when a WASI or `wasi:http` host function was handed the resource
+    /// table: what it holds is measured when the call returns.
+    resources_touched: bool,
     /// The current call's inputs, when they are shared with a shadow.
     pub(crate) inputs: Option<SharedInputs>,
     /// The old objects of the 0.2.0 batch being handled, by index.
     pub(super) old_objects: Vec<Option<Arc<CachedObject>>>,
 }
 
-/// The store's limits (memory, tables, instances), counting the linear
-/// memory the plugin was let grow to.
-pub(crate) struct Limiter {
-    limits: StoreLimits,
-    /// Bytes of linear memory the plugin holds.
-    pub(crate) memory_bytes: usize,
-}
-
-impl Limiter {
-    pub(crate) fn new(limits: StoreLimits) -> Self {
-        Self {
-            limits,
-            memory_bytes: 0,
-        }
-    }
-}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        let allowed = self.limits.memory_growing(current, desired, maximum)?;
-        if allowed {
-            self.memory_bytes += desired.saturating_sub(current);
-        }
-        Ok(allowed)
-    }
-
-    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.limits.memory_grow_failed(error)
-    }
-
-    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        self.limits.table_growing(current, desired, maximum)
-    }
-
-    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        self.limits.table_grow_failed(error)
-    }
-
-    fn instances(&self) -> usize {
-        self.limits.instances()
-    }
-
-    fn tables(&self) -> usize {
-        self.limits.tables()
-    }
-
-    fn memories(&self) -> usize {
-        self.limits.memories()
-    }
-}
-
 impl HostState {
-    pub(crate) fn new(name: String, caches: Caches, options: PluginOptions, store_limits: StoreLimits) -> Self {
+    pub(crate) fn new(name: String, caches: Caches, options: PluginOptions) -> Self {
         let PluginOptions {
             limits,
             grant,
@@ -132,6 +87,11 @@ impl HostState {
             .build();
         let outbound = outbound
             .unwrap_or_else(|| Outbound::new(&name, HttpGrant::default(), AddressPolicy::default(), &limits, None));
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
+        let mut http = WasiHttpCtx::new();
+        // Header fields a plugin builds stay well inside its budget, one by one.
+        http.set_field_size_limit(FIELDS_BYTES);
         Self {
             name,
             caches,
@@ -142,10 +102,11 @@ impl HostState {
             deadline: DeadlineCredit::default(),
             budget: CpuBudget::new(limits.cpu_millicores),
             wasi,
-            table: ResourceTable::new(),
-            http: WasiHttpCtx::new(),
+            table,
+            http,
             outbound,
-            store_limits: Limiter::new(store_limits),
+            store_limits: Limiter::new(limits.memory_bytes),
+            resources_touched: false,
             inputs: None,
             old_objects: Vec::new(),
         }
@@ -230,12 +191,28 @@ fn index_error(error: IndexError) -> cache::CacheError {
 impl HostState {
     /// The store's resource table (WASI's streams and pollables).
     pub(super) fn table(&mut self) -> &mut ResourceTable {
+        self.resources_touched = true;
         &mut self.table
+    }
+
+    /// After every host call: when it may have made resources, measures
+    /// them against the memory budget; over it, the call traps.
+    pub(super) fn after_host_call(&mut self) -> wasmtime::Result<()> {
+        if !std::mem::take(&mut self.resources_touched) {
+            return Ok(());
+        }
+        self.store_limits.measure(&mut self.table)
+    }
+
+    /// True when the plugin's manifest grants outbound HTTP.
+    pub(super) fn http_granted(&self) -> bool {
+        self.outbound.is_granted()
     }
 }
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        self.resources_touched = true;
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
@@ -246,7 +223,8 @@ impl WasiView for HostState {
 impl WasiHttpView for HostState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
         // A request sent now may not outlast the call it is sent in.
-        self.outbound.set_call_left(self.deadline.remaining());
+        self.outbound.set_call(self.deadline.remaining(), self.inputs.as_ref());
+        self.resources_touched = true;
         WasiHttpCtxView {
             hooks: &mut self.outbound,
             table: &mut self.table,
@@ -447,12 +425,7 @@ mod tests {
             writer.apply(Arc::new(CachedObject::from_json(json).unwrap()));
         }
         caches.insert(GroupVersionKind::gvk("", "v1", "Pod"), reader);
-        HostState::new(
-            "test".into(),
-            caches,
-            PluginOptions::with_limits(limits),
-            StoreLimits::default(),
-        )
+        HostState::new("test".into(), caches, PluginOptions::with_limits(limits))
     }
 
     fn query(selector: Option<&str>, limit: u32) -> cache::ListQuery {
@@ -532,12 +505,7 @@ mod tests {
         let caches = Caches::new();
         caches.insert(GroupVersionKind::gvk("", "v1", "Pod"), reader);
         let grant = Grant::new(["v1/Pod"], ["a"]).unwrap();
-        let mut state = HostState::new(
-            "test".into(),
-            caches,
-            PluginOptions::default().grant(grant),
-            StoreLimits::default(),
-        );
+        let mut state = HostState::new("test".into(), caches, PluginOptions::default().grant(grant));
         fn denied<T>(result: Result<T, cache::CacheError>) -> bool {
             matches!(result, Err(cache::CacheError::Denied(_)))
         }

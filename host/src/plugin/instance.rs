@@ -310,11 +310,12 @@ impl PluginInstance {
         self.store.data().log.recent()
     }
 
-    /// Bytes of linear memory the plugin holds (what `limits.memory-mib`
-    /// bounds).
+    /// Bytes of memory the plugin holds, as `limits.memory-mib` counts
+    /// them: its linear memories and tables, and what the host holds for
+    /// it (as last measured).
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
-        self.store.data().store_limits.memory_bytes
+        self.store.data().store_limits.total()
     }
 
     /// Log lines dropped by the rate limit so far.

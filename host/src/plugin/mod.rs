@@ -35,6 +35,7 @@ mod epoch;
 mod host;
 mod inputs;
 mod instance;
+mod limiter;
 mod log;
 mod memory;
 mod trap;
@@ -50,7 +51,8 @@ use crate::outbound::Outbound;
 pub use compile::run_compile_process;
 pub use component::PluginComponent;
 pub use engine::{EngineOptions, PluginEngine};
-pub use inputs::{CallInputs, SharedInputs};
+pub(crate) use inputs::{Answer, http_query};
+pub use inputs::{CallInputs, HttpAnswer, RecordedHttp, SharedInputs};
 pub use instance::PluginInstance;
 pub use log::{LogLine, LogSink};
 

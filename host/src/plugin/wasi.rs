@@ -19,6 +19,8 @@ use super::host::HostState;
 
 /// The `wasi:io/poll` instance, at the version the linker defines.
 const POLL: &str = "wasi:io/poll@0.2.12";
+/// The version of `wasi:http` the linker defines (wasmtime-wasi-http's).
+pub(super) const HTTP_VERSION: &str = "0.2.12";
 
 /// Replaces the blocking `wasi:io/poll` functions already in `linker`.
 ///

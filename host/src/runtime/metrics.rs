@@ -288,7 +288,7 @@ impl Scrape {
         )?;
         family.gauge(
             "kinformer_plugin_memory_bytes",
-            "Bytes of linear memory the plugin's instance holds, as of its last call.",
+            "Bytes of memory the plugin's instance holds as its memory limit counts them (linear memories, tables, host-side resources), as of its last call.",
             plugins.iter().map(|p| (plugin(p), p.memory_bytes as f64)),
         )?;
         family.gauge(

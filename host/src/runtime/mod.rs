@@ -234,8 +234,13 @@ pub struct RuntimeConfig {
     pub instance: Option<String>,
     /// The API server's addresses: no plugin's outbound HTTP may reach them
     /// (plugins reach the API server through the host, under their grant).
-    /// In a pod, `KUBERNETES_SERVICE_HOST` and `_PORT` are added by themselves.
+    /// In a pod, `KUBERNETES_SERVICE_HOST` and `_PORT` are added by
+    /// themselves, and the addresses of the Service `default/kubernetes` and
+    /// its EndpointSlices are followed as they change.
     pub api_server: Vec<std::net::SocketAddr>,
+    /// How plugins' outbound HTTP looks names up: the system's DNS, with
+    /// the names set by [`RuntimeConfig::resolve`] answered first.
+    pub resolver: crate::outbound::Resolver,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -257,6 +262,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("leader_election", &self.leader_election)
             .field("instance", &self.instance)
             .field("api_server", &self.api_server)
+            .field("resolver", &self.resolver)
             .finish()
     }
 }
@@ -300,6 +306,16 @@ impl RuntimeConfig {
     #[must_use]
     pub fn api_server(mut self, url: &http::Uri) -> Self {
         self.api_server = crate::outbound::resolve_url(url);
+        self
+    }
+
+    /// Answers the name `name` with `addresses` for plugins' outbound HTTP,
+    /// before and instead of DNS, as an `/etc/hosts` line would. The
+    /// addresses are checked as any others: a name pinned to a private
+    /// address is refused unless a plugin's grant opens its network.
+    #[must_use]
+    pub fn resolve(mut self, name: &str, addresses: impl IntoIterator<Item = std::net::IpAddr>) -> Self {
+        self.resolver = self.resolver.with_override(name, addresses);
         self
     }
 
@@ -365,6 +381,7 @@ impl Default for RuntimeConfig {
             leader_election: None,
             instance: None,
             api_server: Vec::new(),
+            resolver: crate::outbound::Resolver::default(),
         }
     }
 }
@@ -378,6 +395,9 @@ pub struct Runtime {
     watcher: Option<tokio::task::JoinHandle<()>>,
     /// Rescans when a plugin's setting changes.
     settings_follower: tokio::task::JoinHandle<()>,
+    /// Keeps the API server's addresses current for the plugins' outbound
+    /// HTTP.
+    api_server_follower: tokio::task::JoinHandle<()>,
     /// The leader election, when configured, and the task that starts and
     /// stops the writing plugins as leading starts and ends.
     election: Option<(LeaderElection, tokio::task::JoinHandle<()>)>,
@@ -503,10 +523,13 @@ impl Runtime {
             }
             None => None,
         };
+        let api_server_follower =
+            crate::outbound::follow_api_server(supervisor.factory.client().clone(), supervisor.addresses.clone());
         let mut runtime = Self {
             supervisor,
             watcher,
             settings_follower,
+            api_server_follower,
             election,
             status_address: None,
         };
@@ -628,12 +651,15 @@ impl Runtime {
     ///
     /// When the address cannot be bound.
     pub async fn serve_status(&self, address: std::net::SocketAddr) -> std::io::Result<std::net::SocketAddr> {
-        server::serve(
+        let bound = server::serve(
             address,
             Arc::downgrade(&self.supervisor),
             self.supervisor.stop.subscribe(),
         )
-        .await
+        .await?;
+        // No plugin reaches the host's own endpoints, at any of its addresses.
+        self.supervisor.addresses.add_host_port(bound.port());
+        Ok(bound)
     }
 
     /// Stops every plugin and returns their final status. Each worker finishes
@@ -643,6 +669,7 @@ impl Runtime {
     /// takes over at once.
     pub async fn shutdown(mut self) -> Vec<PluginStatus> {
         self.settings_follower.abort();
+        self.api_server_follower.abort();
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
         }
@@ -677,6 +704,7 @@ impl Drop for Runtime {
     /// the Lease expires.
     fn drop(&mut self) {
         self.settings_follower.abort();
+        self.api_server_follower.abort();
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
         }

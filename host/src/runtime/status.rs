@@ -121,7 +121,9 @@ pub struct PluginStatus {
     /// How long its `handle` calls took.
     #[serde(skip)]
     pub handle_duration: DurationHistogram,
-    /// Bytes of linear memory its instance holds, as of its last call.
+    /// Bytes of memory its instance holds, as `limits.memory-mib` counts
+    /// them (linear memories, tables, and what the host holds for it), as of
+    /// its last call.
     pub memory_bytes: usize,
     /// Deltas waiting in its queues, read when the status is.
     pub queued: usize,

@@ -17,7 +17,7 @@ use crate::grant::Refusal;
 use crate::indexer::{IndexLease, Indexer};
 use crate::informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
 use crate::manifest::Manifest;
-use crate::outbound::{AddressPolicy, HttpObserver, HttpRecord, Outbound};
+use crate::outbound::{AddressPolicy, HttpObserver, HttpRecord, Outbound, Resolver};
 use crate::plugin::{LogSink, PluginComponent, PluginInstance, PluginOptions};
 use crate::processor::{Listener, ListenerOptions};
 use crate::registration::{ControllerSpec, Registration};
@@ -60,6 +60,11 @@ pub(super) struct Context<'a> {
     pub(super) cluster: &'a Cluster,
     /// Where its outbound HTTP may not connect.
     pub(super) addresses: &'a AddressPolicy,
+    /// How its outbound HTTP looks names up.
+    pub(super) resolver: &'a Resolver,
+    /// A rollout's shadow: it acts on nothing outside (its writes are dry
+    /// runs, its requests answered with the running version's responses).
+    pub(super) shadow: bool,
     /// The plugin's status, which counts its writes.
     pub(super) status: &'a SharedStatus,
     /// Counts the deltas its grant's namespaces hide from it.
@@ -92,15 +97,27 @@ impl Version {
             .cluster
             .writer(name, grant.clone(), &manifest.limits, manifest.mode, Some(observer));
         let http_status = Arc::clone(context.status);
-        let http_observer: HttpObserver =
-            Arc::new(move |record: &HttpRecord| update(&http_status, |status| status.record_http(record)));
-        let outbound = Outbound::new(
+        let call_requests = Arc::clone(&written);
+        let shadow = context.shadow;
+        let http_observer: HttpObserver = Arc::new(move |record: &HttpRecord| {
+            update(&http_status, |status| status.record_http(record));
+            // Compared with the other version's, as its writes are.
+            if let Some(intent) = &record.intent {
+                let mut requests = call_requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if requests.len() < WRITES_KEPT_PER_CALL {
+                    requests.push(WriteRecord::of_request(intent, record.outcome, shadow));
+                }
+            }
+        });
+        let outbound = Outbound::with_resolver(
             name,
             grant.http().clone(),
             context.addresses.clone(),
+            context.resolver.clone(),
             &manifest.limits,
             Some(http_observer),
         );
+        let outbound = if shadow { outbound.shadow() } else { outbound };
         let options = PluginOptions::with_limits(manifest.limits)
             .grant(grant.clone())
             .log_sink(context.log_sink)

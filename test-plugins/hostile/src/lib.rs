@@ -34,6 +34,12 @@
 //! - `env=NAME`: logs `env NAME=VALUE` (or `env NAME unset`) per delta.
 //! - `read=apiVersion/Kind`: lists the resource from the API server, uncached,
 //!   per delta, logging `read N items` or `read error KIND`.
+//! - `hoard`: makes 100 `wasi:http` header fields of 60 KiB per delta and
+//!   never drops them (memory the host holds, not the plugin), logging
+//!   `hoard N` with how many it holds.
+//! - `hold=URL`: GETs `URL` per delta, takes the response's headers and
+//!   keeps the response forever without reading its body, logging
+//!   `hold STATUS` (or `hold error KIND`).
 //!
 //! A config with a URL in it watches pods.
 
@@ -128,6 +134,8 @@ impl Handler for Hostile {
                 }
             }
             burst if burst.starts_with("burst=") => burst_requests(&burst["burst=".len()..]),
+            "hoard" => hoard(),
+            hold if hold.starts_with("hold=") => hold_response(&hold["hold=".len()..]),
             env if env.starts_with("env=") => {
                 let name = &env["env=".len()..];
                 match std::env::var(name) {
@@ -209,6 +217,54 @@ fn burst_requests(spec: &str) {
 
 #[cfg(not(target_arch = "wasm32"))]
 fn burst_requests(_spec: &str) {}
+
+/// Header fields the host holds for the plugin, never dropped.
+#[cfg(target_arch = "wasm32")]
+fn hoard() {
+    use wasip2::http::types::Fields;
+    static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let value = vec![b'a'; 60 * 1024];
+    for _ in 0..100 {
+        let fields = Fields::new();
+        let _ = fields.append("x-hoard", &value);
+        std::mem::forget(fields);
+        HELD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    info!("hoard {}", HELD.load(std::sync::atomic::Ordering::Relaxed));
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn hoard() {}
+
+/// A response whose headers were read and whose body never is.
+#[cfg(target_arch = "wasm32")]
+fn hold_response(url: &str) {
+    use wasip2::http::types::{Fields, OutgoingRequest, Scheme};
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let request = OutgoingRequest::new(Fields::new());
+    let _ = request.set_scheme(Some(&if scheme == "https" { Scheme::Https } else { Scheme::Http }));
+    let _ = request.set_authority(Some(authority));
+    let _ = request.set_path_with_query(Some(if path.is_empty() { "/" } else { path }));
+    match wasip2::http::outgoing_handler::handle(request, None) {
+        Ok(future) => {
+            future.subscribe().block();
+            match future.get() {
+                Some(Ok(Ok(response))) => {
+                    info!("hold {}", response.status());
+                    std::mem::forget(response);
+                }
+                Some(Ok(Err(code))) => info!("hold error {code:?}"),
+                _ => info!("hold error gone"),
+            }
+            std::mem::forget(future);
+        }
+        Err(code) => info!("hold error {code:?}"),
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn hold_response(_url: &str) {}
 
 fn spin() -> ! {
     let mut x: u64 = 0;

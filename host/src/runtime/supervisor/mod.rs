@@ -30,7 +30,7 @@ use crate::cluster::Cluster;
 use crate::informer::SharedInformerFactory;
 use crate::leader::Leadership;
 use crate::manifest::EnvVar;
-use crate::outbound::{AddressPolicy, in_cluster_api_server};
+use crate::outbound::{AddressPolicy, Resolver, in_cluster_api_server, interface_addresses};
 use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
 use crate::rollout::{Role, RolloutMode, RolloutPolicy, next_of};
 use crate::scope::Scope;
@@ -135,6 +135,8 @@ pub(super) struct Supervisor {
     pub(super) leadership: Leadership,
     /// Where no plugin's outbound HTTP may connect.
     pub(super) addresses: AddressPolicy,
+    /// How plugins' outbound HTTP looks names up.
+    resolver: Resolver,
     /// The Secrets and ConfigMaps the plugins' `[env]` name, watched.
     pub(super) settings: Settings,
     /// The leader election's view, when there is one.
@@ -172,7 +174,12 @@ impl Supervisor {
                 .with_leadership(leadership.clone())
                 .with_instance(config.instance.as_deref().unwrap_or("kinformer")),
             leadership,
-            addresses: AddressPolicy::new(config.api_server.iter().copied().chain(in_cluster_api_server())),
+            addresses: {
+                let policy = AddressPolicy::new(config.api_server.iter().copied().chain(in_cluster_api_server()));
+                policy.set_host_addresses(interface_addresses());
+                policy
+            },
+            resolver: config.resolver.clone(),
             settings: Settings::new(factory.client().clone()),
             factory,
             dir: config.plugins.clone(),
@@ -504,8 +511,10 @@ impl Supervisor {
                 return;
             }
         };
-        // A next version's rollout; a shadow's writes persist nothing.
+        // A next version's rollout; a shadow's writes persist nothing, and
+        // its requests are never sent.
         let rollout = next_of(name).map(|base| (base, manifest.rollout.unwrap_or_default()));
+        let shadow = matches!(rollout, Some((_, policy)) if policy.mode == RolloutMode::Shadow);
         match rollout {
             Some((_, policy)) if policy.mode == RolloutMode::Shadow => manifest.mode = crate::grant::WriteMode::DryRun,
             None if manifest.rollout.is_some() => {
@@ -590,6 +599,8 @@ impl Supervisor {
             log_sink: self.status_sink(status),
             cluster: &self.cluster,
             addresses: &self.addresses,
+            resolver: &self.resolver,
+            shadow,
             status,
             outside_grant,
         };
