@@ -549,7 +549,14 @@ impl Request<'_> {
         let page = self.shared.store.list(id, filter, &options)?;
         if self.wants_table() {
             let items: Vec<&Value> = page.items.iter().map(|item| &item.value).collect();
-            let table = printers::table(def, Some(page.resource_version), &items);
+            let table = printers::table(
+                def,
+                printers::Page {
+                    resource_version: Some(page.resource_version),
+                    continue_token: page.continue_token.as_deref(),
+                },
+                &items,
+            );
             return Ok(json_response(StatusCode::OK, &table));
         }
         self.list_answer(def, page.resource_version, page.continue_token.as_deref(), &page.items)
@@ -570,7 +577,10 @@ impl Request<'_> {
         ];
         match self.wants(&offered) {
             Representation::PartialObjectMetadata => Ok(bytes_response(code, object.partial_metadata_json())),
-            Representation::Table => Ok(json_response(code, &printers::table(def, None, &[&object.value]))),
+            Representation::Table => Ok(json_response(
+                code,
+                &printers::table(def, printers::Page::default(), &[&object.value]),
+            )),
             Representation::PartialObjectMetadataList => Err(ApiError::not_acceptable(format!(
                 "you requested PartialObjectMetadataList, but the requested object is not a list (*{})",
                 go_type(def, &def.kind)

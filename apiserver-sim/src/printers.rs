@@ -37,11 +37,22 @@ const fn number(name: &'static str, cell: fn(&Value) -> Value) -> Column {
     }
 }
 
+/// The list metadata a Table of a list page carries: its resourceVersion and
+/// the token of the next page, which kubectl follows past the first 500 rows.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Page<'a> {
+    pub(crate) resource_version: Option<u64>,
+    pub(crate) continue_token: Option<&'a str>,
+}
+
 /// A Table of `items` as kube-apiserver prints objects of `def`.
-pub(crate) fn table(def: &ResourceDef, resource_version: Option<u64>, items: &[&Value]) -> Value {
+pub(crate) fn table(def: &ResourceDef, page: Page<'_>, items: &[&Value]) -> Value {
     let mut metadata = json!({});
-    if let Some(resource_version) = resource_version {
+    if let Some(resource_version) = page.resource_version {
         metadata["resourceVersion"] = json!(resource_version.to_string());
+    }
+    if let Some(token) = page.continue_token {
+        metadata["continue"] = json!(token);
     }
     let (definitions, rows): (Vec<Value>, Vec<Value>) = if def.custom {
         custom_table(def, items)
@@ -508,7 +519,7 @@ fn job_status(job: &Value) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::{human_duration, table};
+    use super::{Page, human_duration, table};
     use crate::resources::built_in;
 
     #[test]
@@ -540,7 +551,14 @@ mod tests {
                 {"name": "b", "ready": false, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}},
             ]},
         });
-        let printed = table(&pods, Some(7), &[&pod]);
+        let printed = table(
+            &pods,
+            Page {
+                resource_version: Some(7),
+                continue_token: None,
+            },
+            &[&pod],
+        );
         let names: Vec<&str> = printed["columnDefinitions"]
             .as_array()
             .unwrap()
