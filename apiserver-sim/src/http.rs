@@ -20,7 +20,7 @@ use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, EventForm, Start, WatchRequest};
-use crate::{Shared, encoding, metrics, printers, protobuf, resources, server_stats};
+use crate::{Shared, encoding, health, metrics, printers, protobuf, resources, server_stats};
 
 mod unstored;
 
@@ -120,9 +120,53 @@ async fn handle(
         query: &query,
         body: &body,
     };
-    match request.serve() {
+    let response = match request.serve() {
         Ok(response) => response,
         Err(error) => error_response(&error),
+    };
+    shared
+        .stats
+        .by_request
+        .record(request_labels(&method, path, &query, response.status().as_u16()));
+    response
+}
+
+/// What `/metrics` counts a request by: its verb as kube-apiserver names it
+/// (`LIST`, `WATCH`, `POST`, …), the resource it addresses, and the code.
+fn request_labels(method: &Method, path: &str, query: &HashMap<String, String>, code: u16) -> health::RequestLabels {
+    let verb = match verb_of(method, path, query) {
+        _ if resource_of(path).is_none() => match *method {
+            Method::GET => "GET",
+            Method::POST => "POST",
+            _ => "OTHER",
+        },
+        "watch" => "WATCH",
+        "get" => "GET",
+        "list" => "LIST",
+        "create" => "POST",
+        "update" => "PUT",
+        "patch" => "PATCH",
+        "delete" => "DELETE",
+        "deletecollection" => "DELETECOLLECTION",
+        _ => "OTHER",
+    };
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segments[..] {
+        ["api", version, ref rest @ ..] => ("", version, rest),
+        ["apis", group, version, ref rest @ ..] => (group, version, rest),
+        _ => ("", "", &[][..]),
+    };
+    let rest = match rest {
+        ["namespaces", _, rest @ ..] if !rest.is_empty() => rest,
+        rest => rest,
+    };
+    health::RequestLabels {
+        verb,
+        group: group.to_owned(),
+        version: version.to_owned(),
+        resource: rest.first().map(|s| (*s).to_owned()).unwrap_or_default(),
+        subresource: rest.get(2).map(|s| (*s).to_owned()).unwrap_or_default(),
+        code,
     }
 }
 
@@ -147,8 +191,13 @@ impl Request<'_> {
     fn serve(&self) -> Result<Response> {
         let segments: Vec<&str> = self.path.split('/').filter(|s| !s.is_empty()).collect();
         let store = &self.shared.store;
+        if let Some((endpoint, check)) = health::endpoint(self.path) {
+            let body = health::check(endpoint, check, self.query.contains_key("verbose"))?;
+            return Ok(text_response(StatusCode::OK, body));
+        }
         match segments[..] {
             ["version"] => Ok(json_response(StatusCode::OK, &resources::version())),
+            ["metrics"] => Ok(text_response(StatusCode::OK, health::metrics(self.shared))),
             ["api"] if self.wants(&[Representation::GroupDiscoveryList]) == Representation::GroupDiscoveryList => {
                 let core = self.group_version_lists("", &["v1".to_owned()]);
                 Ok(aggregated_discovery_response(&[(String::new(), core)]))
@@ -221,17 +270,10 @@ impl Request<'_> {
         match metrics::api::serve(&self.shared.store, &request)? {
             metrics::api::Answer::Json(value) => Ok(json_response(StatusCode::OK, &value)),
             // The aggregator's answer is Go's `http.Error`: plain text, no Status.
-            metrics::api::Answer::Unavailable => {
-                let mut response = Response::new(Body::from("service unavailable\n"));
-                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                let headers = response.headers_mut();
-                headers.insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; charset=utf-8"),
-                );
-                headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-                Ok(response)
-            }
+            metrics::api::Answer::Unavailable => Ok(text_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service unavailable\n".to_owned(),
+            )),
         }
     }
 
@@ -739,6 +781,19 @@ fn sim_control(shared: &Shared, method: &Method, path: &str, query: &HashMap<Str
         }
         _ => error_response(&ApiError::no_route(&format!("/sim/{path}"))),
     }
+}
+
+/// A plain text answer, as the health endpoints and `/metrics` give.
+fn text_response(status: StatusCode, body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    response
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {

@@ -78,6 +78,7 @@ mod controllers;
 mod defaults;
 mod encoding;
 mod faults;
+mod health;
 mod http;
 mod kubelet_api;
 pub mod metrics;
@@ -190,8 +191,10 @@ pub(crate) struct Shared {
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
     requests: AtomicU64,
+    /// Requests by verb, resource and code, as `/metrics` counts them.
+    pub(crate) by_request: health::Requests,
     watches_opened: Mutex<HashMap<String, u64>>,
-    watches_open: Mutex<HashMap<String, u64>>,
+    pub(crate) watches_open: Mutex<HashMap<String, u64>>,
 }
 
 impl Stats {
@@ -212,11 +215,11 @@ impl Stats {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn stat_name(id: &ResourceId) -> String {
+pub(crate) fn stat_name(id: &ResourceId) -> String {
     if id.group.is_empty() {
         id.plural.clone()
     } else {
