@@ -797,7 +797,9 @@ fn text_response(status: StatusCode, body: String) -> Response {
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {
-    bytes_response(status, Bytes::from(encoding::to_vec(value)))
+    let mut bytes = encoding::to_vec(value);
+    bytes.push(b'\n');
+    bytes_response(status, Bytes::from(bytes))
 }
 
 /// An aggregated discovery document, labelled as the API server labels it.
@@ -812,7 +814,17 @@ fn aggregated_discovery_response(groups: &[(String, Vec<Value>)]) -> Response {
     response
 }
 
+/// A JSON answer. Its body ends with a newline, as Go's JSON encoder ends
+/// every value kube-apiserver writes.
 fn bytes_response(status: StatusCode, bytes: Bytes) -> Response {
+    let bytes = if bytes.ends_with(b"\n") {
+        bytes
+    } else {
+        let mut line = BytesMut::with_capacity(bytes.len() + 1);
+        line.put_slice(&bytes);
+        line.put_u8(b'\n');
+        line.freeze()
+    };
     let mut response = Response::new(Body::from(bytes));
     *response.status_mut() = status;
     response
@@ -871,7 +883,7 @@ fn list_response(
     }
     let head = encoding::to_vec(&json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}));
     let items: Vec<Bytes> = items.collect();
-    let size = items.iter().map(|item| item.len() + 1).sum::<usize>() + head.len() + 16;
+    let size = items.iter().map(|item| item.len() + 1).sum::<usize>() + head.len() + 17;
     let mut buf = BytesMut::with_capacity(size);
     // The head without its closing brace; the items follow.
     buf.put_slice(&head[..head.len() - 1]);
@@ -889,7 +901,7 @@ fn list_response(
             None => buf.put_slice(item),
         }
     }
-    buf.put_slice(b"]}");
+    buf.put_slice(b"]}\n");
     bytes_response(StatusCode::OK, buf.freeze())
 }
 

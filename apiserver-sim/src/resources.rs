@@ -649,12 +649,17 @@ fn aggregated_version(list: &Value) -> Value {
     json!({"version": version, "resources": resources, "freshness": "Current"})
 }
 
-/// `/version`.
+/// `/version`, with the emulated and minimum compatibility versions that
+/// kube-apiserver reports since 1.33.
 #[must_use]
 pub fn version() -> Value {
     json!({
         "major": "1",
         "minor": "36",
+        "emulationMajor": "1",
+        "emulationMinor": "36",
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "35",
         "gitVersion": "v1.36.0+kinformer-sim",
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",

@@ -542,6 +542,30 @@ impl Transaction<'_> {
     }
 }
 
+/// Drops the metadata maps and lists a write emptied (`labels: {}`,
+/// `finalizers: []`, …): kube-apiserver's Go types leave an empty one out.
+pub(super) fn drop_empty_metadata(object: &mut Value) {
+    if let Some(metadata) = object["metadata"].as_object_mut() {
+        for field in [
+            "labels",
+            "annotations",
+            "finalizers",
+            "ownerReferences",
+            "managedFields",
+        ] {
+            let empty = match metadata.get(field) {
+                Some(Value::Object(map)) => map.is_empty(),
+                Some(Value::Array(list)) => list.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                metadata.remove(field);
+            }
+        }
+    }
+}
+
 fn collection<'a>(state: &'a State, id: &ResourceId) -> Result<&'a Collection> {
     state
         .collections

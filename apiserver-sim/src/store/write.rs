@@ -287,6 +287,7 @@ impl Transaction<'_> {
         if def.kind == "CustomResourceDefinition" {
             crd::establish(&mut body);
         }
+        super::drop_empty_metadata(&mut body);
         self.admit(&def, &name, &mut body)?;
         match ownership {
             Ownership::Record => {
@@ -523,6 +524,7 @@ impl Transaction<'_> {
                 }
             }
         }
+        super::drop_empty_metadata(&mut next);
         self.admit(&def, name, &mut next)?;
         if next == existing.value {
             // Nothing changed: no new resourceVersion, no event.
