@@ -358,7 +358,7 @@ impl Request<'_> {
         {
             return Err(ApiError::no_route(self.path));
         }
-        if let Some(response) = self.unstored_resource(&def, target.name.as_deref()) {
+        if let Some(response) = self.unstored_resource(&def, namespace, target.name.as_deref()) {
             return response;
         }
         if let (Some(name), Some(subresource)) = (target.name.as_deref(), target.subresource.as_deref())

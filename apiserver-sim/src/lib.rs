@@ -279,6 +279,7 @@ impl ApiServer {
                 resources::ids::deployments(),
                 resources::ids::replicasets(),
                 resources::ids::pods(),
+                resources::ids::disruption_budgets(),
             ])
         });
         let shared = Arc::new(Shared {

@@ -171,6 +171,46 @@ fn columns(def: &ResourceDef) -> Vec<Column> {
         .into_iter()
         .chain(template_columns())
         .collect(),
+        ("", "ReplicationController") => vec![
+            name,
+            number("Desired", |o| count(&o["spec"]["replicas"])),
+            number("Current", |o| count(&o["status"]["replicas"])),
+            number("Ready", |o| count(&o["status"]["readyReplicas"])),
+            age_column,
+        ],
+        ("policy", "PodDisruptionBudget") => vec![
+            name,
+            column("Min Available", 0, |o| {
+                or_none(&int_or_string(&o["spec"]["minAvailable"]))
+            }),
+            column("Max Unavailable", 0, |o| {
+                or_none(&int_or_string(&o["spec"]["maxUnavailable"]))
+            }),
+            number("Allowed Disruptions", |o| count(&o["status"]["disruptionsAllowed"])),
+            age_column,
+        ],
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") => {
+            vec![name, number("Webhooks", |o| json!(len(&o["webhooks"]))), age_column]
+        }
+        ("node.k8s.io", "RuntimeClass") => vec![name, column("Handler", 0, |o| o["handler"].clone()), age_column],
+        ("apps", "ControllerRevision") => vec![
+            name,
+            column("Controller", 0, |o| {
+                let owner = o["metadata"]["ownerReferences"]
+                    .as_array()
+                    .and_then(|owners| owners.iter().find(|owner| owner["controller"] == true));
+                match owner {
+                    Some(owner) => json!(format!(
+                        "{}/{}",
+                        owner["kind"].as_str().unwrap_or_default().to_lowercase(),
+                        owner["name"].as_str().unwrap_or_default()
+                    )),
+                    None => json!("<none>"),
+                }
+            }),
+            number("Revision", |o| count(&o["revision"])),
+            age_column,
+        ],
         ("coordination.k8s.io", "Lease") => vec![
             name,
             column("Holder", 0, |o| o["spec"]["holderIdentity"].clone()),
@@ -327,6 +367,14 @@ fn count(value: &Value) -> Value {
 
 fn ratio(have: &Value, want: &Value) -> Value {
     json!(format!("{}/{}", have.as_i64().unwrap_or(0), want.as_i64().unwrap_or(0)))
+}
+
+/// An int-or-string field as text: `1`, `25%`, or nothing.
+fn int_or_string(value: &Value) -> Value {
+    match value {
+        Value::Number(number) => json!(number.to_string()),
+        other => other.clone(),
+    }
 }
 
 fn or_none(value: &Value) -> Value {

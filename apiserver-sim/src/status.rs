@@ -329,6 +329,28 @@ impl ApiError {
         )
     }
 
+    /// 429 for an eviction that a PodDisruptionBudget refuses, as the
+    /// eviction subresource answers it.
+    #[must_use]
+    pub fn disruption_budget(budget: &str, needs: i64, has: i64) -> Self {
+        let mut error = Self::new(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        );
+        error.details = Some(Box::new(Details {
+            name: String::new(),
+            kind: String::new(),
+            group: String::new(),
+            causes: vec![FieldError {
+                reason: "DisruptionBudget",
+                field: String::new(),
+                message: format!("The disruption budget {budget} needs {needs} healthy pods and has {has} currently"),
+            }],
+        }));
+        error
+    }
+
     /// 500.
     #[must_use]
     pub fn internal(message: impl Into<String>) -> Self {

@@ -33,6 +33,7 @@
 //! in `managedFields` as `kube-controller-manager`, the kubelet's as `kubelet`.
 
 pub(crate) mod deployment;
+pub(crate) mod disruption;
 pub(crate) mod kubelet;
 pub(crate) mod replicaset;
 
@@ -243,7 +244,12 @@ impl Controllers {
     /// the next change of the object retries.
     fn step(&mut self, store: &Store, changes: &[Arc<Event>], now: Instant) {
         let mut dirty = Dirty::default();
+        let mut budgets = BTreeSet::new();
         for change in changes {
+            let kind = change.object.value["kind"].as_str().unwrap_or_default();
+            if (kind == "Pod" && pod_changed(change)) || kind == "PodDisruptionBudget" {
+                budgets.insert(change.object.namespace.clone().unwrap_or_default());
+            }
             note(store, change, &mut dirty);
             let pod = &change.object;
             if pod.value["kind"] == "Pod" && change.event_type != EventType::Deleted && kubelet::should_start(pod) {
@@ -269,6 +275,12 @@ impl Controllers {
                 if let Err(error) = kubelet::start(&mut kubelet, &namespace, &name, &self.choices.pod_ip()) {
                     tracing::warn!(%error, pod = %format!("{namespace}/{name}"), "the kubelet could not start a pod");
                 }
+            }
+        }
+        for namespace in &budgets {
+            let mut transaction = store.transaction(WriteOptions::default().field_manager(CONTROLLER_MANAGER));
+            if let Err(error) = disruption::sync_namespace(&mut transaction, namespace) {
+                tracing::warn!(%error, namespace, "disruption budget status not written");
             }
         }
         for (namespace, name) in &dirty.deployments {
