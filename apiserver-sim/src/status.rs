@@ -297,7 +297,7 @@ impl ApiError {
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects, TokenRequests, Evictions and reviews) (got {content_type})"
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects, Pods, Services, Deployments, Jobs, CronJobs, TokenRequests, Evictions and reviews) (got {content_type})"
             ),
         )
     }
