@@ -99,15 +99,6 @@ pub(crate) fn new_pod(replicaset: &StoredObject, node: &str) -> Value {
     let template = &replicaset.value["spec"]["template"];
     let mut spec = template["spec"].as_object().cloned().unwrap_or_default();
     spec.insert("nodeName".into(), json!(node));
-    for (field, default) in [
-        ("restartPolicy", json!("Always")),
-        ("terminationGracePeriodSeconds", json!(30)),
-        ("dnsPolicy", json!("ClusterFirst")),
-        ("serviceAccountName", json!("default")),
-        ("schedulerName", json!("default-scheduler")),
-    ] {
-        spec.entry(field).or_insert(default);
-    }
     let mut pod = json!({
         "metadata": {
             "generateName": format!("{}-", replicaset.name),

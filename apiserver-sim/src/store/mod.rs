@@ -19,6 +19,7 @@
 
 mod continue_token;
 mod crd;
+mod defaulting;
 mod delete;
 mod field_path;
 mod filter;

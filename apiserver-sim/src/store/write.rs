@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use super::meta::{check_name, new_uid, now_rfc3339, random_suffix};
 use super::{
-    EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, existing, field_path, lookup,
-    managed_fields, object_key, schema,
+    EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, defaulting, existing, field_path,
+    lookup, managed_fields, object_key, schema,
 };
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
@@ -222,7 +222,7 @@ impl Transaction<'_> {
     ) -> Result<Arc<StoredObject>> {
         let def = Arc::clone(&collection(&self.state, id)?.def);
         check_type(&def, &body)?;
-        apply_defaults(&def, &mut body);
+        defaulting::apply(&def, &mut body, None, &allocated(&self.state, &def));
         let metadata = metadata_mut(&mut body, &def)?;
         let namespace = resolve_namespace(&self.state, &def, namespace, metadata)?;
         let name = match metadata.get("name").and_then(Value::as_str) {
@@ -271,6 +271,7 @@ impl Transaction<'_> {
         }
         metadata.remove("deletionTimestamp");
         metadata.remove("deletionGracePeriodSeconds");
+        defaulting::prepare_for_create(&def, &mut body);
         if def.status_subresource {
             // As the API server does: status is written through the subresource only.
             body.as_object_mut().expect("checked to be an object").remove("status");
@@ -279,6 +280,10 @@ impl Transaction<'_> {
             // kube-apiserver's namespace strategy starts every namespace
             // `Active`, the phase `kubectl get namespaces` prints.
             body["status"] = json!({"phase": "Active"});
+        }
+        if def.group.is_empty() && def.kind == "Service" {
+            // Go writes a Service's empty load balancer status.
+            body["status"] = json!({"loadBalancer": {}});
         }
         if def.group.is_empty() && def.kind == "Pod" {
             // The pod strategy: `Pending`, with the pod's QoS class.
@@ -432,8 +437,10 @@ impl Transaction<'_> {
             return Err(ApiError::no_route(&format!("{}/{subresource}", def.plural)));
         }
         check_type(&def, &body)?;
-        if part.fields().is_empty() {
-            apply_defaults(&def, &mut body);
+        // The whole object is defaulted, as kube-apiserver decodes it, but
+        // for a status write (its new status is all that is kept).
+        if matches!(part, Part::Main | Part::Scale | Part::EphemeralContainers) {
+            defaulting::apply(&def, &mut body, Some(&existing.value), &allocated(&self.state, &def));
         }
         let metadata = metadata_mut(&mut body, &def)?;
         if metadata.get("name").and_then(Value::as_str).is_some_and(|n| n != name) {
@@ -605,58 +612,6 @@ pub(super) fn patch_value(
     Ok(patched)
 }
 
-/// Fills in the defaults a real server fills in that the emulation's
-/// controllers and the `scale` subresource rely on: `spec.replicas` of the
-/// `apps` workloads is 1 unless set. A Secret's `stringData` is folded into
-/// its `data` (each value base64-encoded, over a key `data` has too) and
-/// not stored, and its `type` is `Opaque` unless set, as kube-apiserver does.
-/// A Namespace has the `kubernetes` finalizer in its spec.
-fn apply_defaults(def: &ResourceDef, body: &mut Value) {
-    if def.group.is_empty()
-        && def.kind == "Secret"
-        && let Some(object) = body.as_object_mut()
-        && object.get("type").and_then(Value::as_str).is_none_or(str::is_empty)
-    {
-        object.insert("type".into(), json!("Opaque"));
-    }
-    if def.group.is_empty()
-        && def.kind == "Secret"
-        && let Some(object) = body.as_object_mut()
-        && let Some(Value::Object(strings)) = object.remove("stringData")
-    {
-        use base64::Engine as _;
-        let data = object.entry("data").or_insert_with(|| json!({}));
-        if data.is_null() {
-            *data = json!({});
-        }
-        if let Some(data) = data.as_object_mut() {
-            for (key, value) in strings {
-                let text = value.as_str().unwrap_or_default();
-                data.insert(key, json!(base64::engine::general_purpose::STANDARD.encode(text)));
-            }
-        }
-    }
-    if def.group.is_empty()
-        && def.kind == "Namespace"
-        && let Some(object) = body.as_object_mut()
-    {
-        // kube-apiserver's namespace strategy: the `kubernetes` finalizer.
-        let spec = object.entry("spec").or_insert_with(|| json!({}));
-        if let Some(spec) = spec.as_object_mut() {
-            spec.entry("finalizers").or_insert_with(|| json!(["kubernetes"]));
-        }
-    }
-    let replicated = def.group == "apps" && matches!(def.kind.as_str(), "Deployment" | "ReplicaSet" | "StatefulSet");
-    if replicated && let Some(object) = body.as_object_mut() {
-        let spec = object.entry("spec").or_insert_with(|| json!({}));
-        if let Some(spec) = spec.as_object_mut()
-            && spec.get("replicas").is_none_or(Value::is_null)
-        {
-            spec.insert("replicas".into(), json!(1));
-        }
-    }
-}
-
 /// A pod's quality of service class, as the kubelet and the API server work
 /// it out from its containers' resources: `Guaranteed` when every container
 /// limits CPU and memory and requests what it limits (or nothing), `BestEffort`
@@ -685,6 +640,29 @@ fn qos_class(spec: &Value) -> &'static str {
             .all(|name| limits[*name].is_string() && (requests[*name].is_null() || requests[*name] == limits[*name]))
     });
     if guaranteed { "Guaranteed" } else { "Burstable" }
+}
+
+/// What the Services hold, for a Service's allocation; nothing for other kinds.
+fn allocated(state: &State, def: &ResourceDef) -> defaulting::Allocated {
+    let mut allocated = defaulting::Allocated::default();
+    if !(def.group.is_empty() && def.kind == "Service") {
+        return allocated;
+    }
+    let Ok(services) = collection(state, &ResourceId::new("", "v1", "services")) else {
+        return allocated;
+    };
+    for service in services.objects.values() {
+        let spec = &service.value["spec"];
+        if let Some(ip) = spec["clusterIP"].as_str() {
+            allocated.cluster_ips.push(ip.to_owned());
+        }
+        for port in spec["ports"].as_array().into_iter().flatten() {
+            if let Some(node_port) = port["nodePort"].as_u64() {
+                allocated.node_ports.push(node_port);
+            }
+        }
+    }
+    allocated
 }
 
 fn set_managed_fields(object: &mut Value, fields: Option<Value>) {

@@ -5,6 +5,7 @@
 
 mod built_ins;
 mod crd_schema;
+mod defaulting;
 mod discovery;
 mod metadata;
 mod protobuf;
