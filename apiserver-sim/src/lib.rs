@@ -276,6 +276,7 @@ impl ApiServer {
         // Taken before any workload writes, so the controllers see every change.
         let changes = config.controllers.then(|| {
             store.feed(vec![
+                resources::ids::namespaces(),
                 resources::ids::deployments(),
                 resources::ids::replicasets(),
                 resources::ids::pods(),

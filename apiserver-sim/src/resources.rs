@@ -628,6 +628,9 @@ pub(crate) mod ids {
     pub(crate) fn disruption_budgets() -> ResourceId {
         ResourceId::new("policy", "v1", "poddisruptionbudgets")
     }
+    pub(crate) fn leases() -> ResourceId {
+        ResourceId::new("coordination.k8s.io", "v1", "leases")
+    }
     pub(crate) fn hpas() -> ResourceId {
         ResourceId::new("autoscaling", "v2", "horizontalpodautoscalers")
     }

@@ -329,6 +329,29 @@ impl ApiError {
         )
     }
 
+    /// 403 for a creation in a namespace that is being deleted, as the
+    /// NamespaceLifecycle admission plugin refuses it.
+    #[must_use]
+    pub fn namespace_terminating(group: &str, plural: &str, name: &str, namespace: &str) -> Self {
+        let mut error = Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                qualified(group, plural)
+            ),
+        )
+        .about(group, plural, name);
+        if let Some(details) = error.details.as_mut() {
+            details.causes.push(FieldError {
+                reason: "NamespaceTerminating",
+                field: String::new(),
+                message: format!("namespace {namespace} is being terminated"),
+            });
+        }
+        error
+    }
+
     /// 429 for an eviction that a PodDisruptionBudget refuses, as the
     /// eviction subresource answers it.
     #[must_use]

@@ -59,7 +59,8 @@ fn run(kubectl: &str, kubeconfig: &Path, args: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_gets_applies_deletes_and_watches() {
     let Some(kubectl) = kubectl() else { return };
-    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    // No controllers: the namespace holds only the ConfigMaps written here, not kube-root-ca.crt.
+    let server = ApiServer::start(SimConfig::default().controllers(false)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();

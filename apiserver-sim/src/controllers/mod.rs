@@ -35,6 +35,7 @@
 pub(crate) mod deployment;
 pub(crate) mod disruption;
 pub(crate) mod kubelet;
+pub(crate) mod namespace;
 pub(crate) mod replicaset;
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
@@ -197,6 +198,15 @@ pub(crate) async fn run(
 ) {
     let mut controllers = Controllers::new(pod_start_delay);
     let mut stopping = shared.stopping.subscribe();
+    // The namespaces that were there before the feed was taken.
+    let existing = shared
+        .store
+        .snapshot(&ids::namespaces(), &crate::store::Filter::default())
+        .map(|(namespaces, _)| namespaces)
+        .unwrap_or_default();
+    for found in existing {
+        publish_namespace_objects(&shared.store, &found.name);
+    }
     loop {
         let mut batch = Vec::new();
         tokio::select! {
@@ -247,6 +257,9 @@ impl Controllers {
         let mut budgets = BTreeSet::new();
         for change in changes {
             let kind = change.object.value["kind"].as_str().unwrap_or_default();
+            if kind == "Namespace" && change.event_type == EventType::Added {
+                publish_namespace_objects(store, &change.object.name);
+            }
             if (kind == "Pod" && pod_changed(change)) || kind == "PodDisruptionBudget" {
                 budgets.insert(change.object.namespace.clone().unwrap_or_default());
             }
@@ -294,6 +307,14 @@ impl Controllers {
                 tracing::warn!(%error, replicaset = %format!("{namespace}/{name}"), "replicaset sync failed");
             }
         }
+    }
+}
+
+/// Runs [`namespace::publish`] in its own transaction; a failure is logged.
+pub(crate) fn publish_namespace_objects(store: &Store, name: &str) {
+    let mut transaction = store.transaction(WriteOptions::default().field_manager(CONTROLLER_MANAGER));
+    if let Err(error) = namespace::publish(&mut transaction, name) {
+        tracing::warn!(%error, namespace = name, "the namespace's ServiceAccount and CA ConfigMap were not created");
     }
 }
 

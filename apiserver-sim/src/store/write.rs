@@ -747,8 +747,17 @@ fn resolve_namespace(
         (None, None) => return Err(ApiError::bad_request("a namespaced object needs a namespace")),
     };
     let namespaces = ResourceId::new("", "v1", "namespaces");
-    if !collection(state, &namespaces)?.objects.contains_key(namespace) {
+    let Some(found) = collection(state, &namespaces)?.objects.get(namespace) else {
         return Err(ApiError::not_found("", "namespaces", namespace));
+    };
+    if found.value["metadata"].get("deletionTimestamp").is_some() {
+        let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default();
+        return Err(ApiError::namespace_terminating(
+            &def.group,
+            &def.plural,
+            name,
+            namespace,
+        ));
     }
     Ok(Some(namespace.to_owned()))
 }

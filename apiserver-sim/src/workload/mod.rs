@@ -183,6 +183,8 @@ impl Workload {
         for n in 0..self.namespaces {
             let namespace = format!("ns-{n}");
             store.create(&ids::namespaces(), None, json!({"metadata": {"name": namespace}}))?;
+            // As the controllers would right after: its ServiceAccount and CA bundle.
+            controllers::publish_namespace_objects(store, &namespace);
             for c in 0..self.configmaps_per_namespace {
                 store.create(
                     &ids::configmaps(),
@@ -198,8 +200,10 @@ impl Workload {
     }
 }
 
-/// Registers a Ready node, as its kubelet does: labels, capacity (which
-/// `kubectl top nodes` divides by) and the kubelet's version.
+/// Registers a Ready node, as its kubelet does: labels, addresses, capacity
+/// (which `kubectl top nodes` divides by), the kubelet's version, and the
+/// node's Lease in `kube-node-lease`, which the kubelet renews as its
+/// heartbeat.
 fn register_node(store: &Store, name: &str) -> Result<()> {
     store.create(
         &ids::nodes(),
@@ -221,12 +225,42 @@ fn register_node(store: &Store, name: &str) -> Result<()> {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "kubelet is posting ready status",
                             "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}],
+            "addresses": [{"type": "InternalIP", "address": node_ip(name)}, {"type": "Hostname", "address": name}],
             "nodeInfo": {"kubeletVersion": "v1.36.0", "containerRuntimeVersion": "containerd://2.1.0",
-                         "operatingSystem": "linux", "architecture": "amd64", "osImage": "kinformer-sim"},
+                         "kernelVersion": "6.12.0", "operatingSystem": "linux", "architecture": "amd64",
+                         "osImage": "kinformer-sim"},
         }}),
         true,
     )?;
+    // A bare store (a unit test's) has no `kube-node-lease` namespace.
+    if store.get(&ids::namespaces(), None, "kube-node-lease").is_err() {
+        return Ok(());
+    }
+    let node = store.get(&ids::nodes(), None, name)?;
+    store.create(
+        &ids::leases(),
+        Some("kube-node-lease"),
+        json!({
+            "metadata": {"name": name, "ownerReferences": [{
+                "apiVersion": "v1", "kind": "Node", "name": name, "uid": node.value["metadata"]["uid"],
+            }]},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_micro_rfc3339()},
+        }),
+    )?;
     Ok(())
+}
+
+/// A node's InternalIP: `node-3` is `192.168.0.13`. It is data only: the
+/// emulation never connects to it.
+fn node_ip(name: &str) -> String {
+    let index: u32 = name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    format!("192.168.0.{}", 10 + index % 240)
+}
+
+/// The time now as a Lease's `renewTime` carries it: microseconds.
+fn now_micro_rfc3339() -> String {
+    let now = now_rfc3339();
+    format!("{}.000000Z", now.trim_end_matches('Z'))
 }
 
 /// A Deployment the workload manages.
