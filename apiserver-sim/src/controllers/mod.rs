@@ -34,6 +34,7 @@
 
 pub(crate) mod deployment;
 pub(crate) mod disruption;
+pub(crate) mod events;
 pub(crate) mod kubelet;
 pub(crate) mod namespace;
 pub(crate) mod replicaset;
@@ -70,6 +71,12 @@ pub(crate) trait PodChoices {
     fn usage(&mut self, siblings: &[u32]) -> u32;
     /// The IP of a pod that starts.
     fn pod_ip(&mut self) -> String;
+    /// Whether the controllers record Events of what they do (scaling,
+    /// creating and deleting pods). The server's controllers do; a
+    /// workload's own steps do not, so that its object counts are its own.
+    fn records_events(&self) -> bool {
+        true
+    }
 }
 
 /// The server's choices for pods it makes on its own: nodes in turn, the mean

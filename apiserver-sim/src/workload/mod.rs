@@ -61,6 +61,7 @@ pub use load::Load;
 use load::{CPU_REQUEST, Wave};
 
 use crate::Shared;
+use crate::controllers::events::Occurrence;
 use crate::controllers::{self, PodChoices};
 use crate::resources::ids;
 use crate::status::Result;
@@ -498,22 +499,21 @@ impl Churn {
             json!({"status": {"containerStatuses": containers, "conditions": conditions}}),
             true,
         )?;
-        let uid = pod.value["metadata"]["uid"].clone();
-        let event: u64 = self.rng.random();
-        store.create(
-            &ids::events(),
-            Some(namespace),
-            json!({
-                "metadata": {"name": format!("{}.{event:016x}", pod.name)},
-                "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod.name, "uid": uid,
-                                   "apiVersion": "v1", "fieldPath": "spec.containers{app}"},
-                "reason": "BackOff", "type": "Warning", "count": 1,
-                "message": "Back-off restarting failed container app in pod ".to_owned() + &pod.name + "_" + namespace
-                    + "(" + uid.as_str().unwrap_or_default() + ")",
-                "source": {"component": "kubelet", "host": "node-0"},
-                "firstTimestamp": now, "lastTimestamp": now,
-                "reportingComponent": "kubelet", "reportingInstance": "node-0",
-            }),
+        let uid = pod.value["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+        let kubelet = Occurrence {
+            event_type: "Warning",
+            host: Some(pod.value["spec"]["nodeName"].as_str().unwrap_or("node-0")),
+            field_path: Some("spec.containers{app}"),
+            ..Occurrence::normal("kubelet", "BackOff")
+        };
+        controllers::events::record(
+            &mut store.transaction(WriteOptions::default()),
+            pod,
+            kubelet,
+            &format!(
+                "Back-off restarting failed container app in pod {}_{namespace}({uid})",
+                pod.name
+            ),
         )?;
         Ok(())
     }
@@ -651,6 +651,10 @@ impl PodChoices for WorkloadChoices<'_> {
             (*self.ips >> 8) % 250,
             *self.ips % 250
         )
+    }
+
+    fn records_events(&self) -> bool {
+        false
     }
 }
 
