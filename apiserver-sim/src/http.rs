@@ -198,6 +198,14 @@ impl Request<'_> {
         match segments[..] {
             ["version"] => Ok(json_response(StatusCode::OK, &resources::version())),
             ["metrics"] => Ok(text_response(StatusCode::OK, health::metrics(self.shared))),
+            ["openapi", "v2"] => Ok(bytes_response(StatusCode::OK, self.shared.openapi.v2(store))),
+            ["openapi", "v3"] => Ok(bytes_response(StatusCode::OK, self.shared.openapi.v3_index(store))),
+            ["openapi", "v3", ref rest @ ..] => self
+                .shared
+                .openapi
+                .v3_document(store, &rest.join("/"))
+                .map(|document| bytes_response(StatusCode::OK, document))
+                .ok_or_else(|| ApiError::no_route(self.path)),
             ["api"] if self.wants(&[Representation::GroupDiscoveryList]) == Representation::GroupDiscoveryList => {
                 let core = self.group_version_lists("", &["v1".to_owned()]);
                 Ok(aggregated_discovery_response(&[(String::new(), core)]))

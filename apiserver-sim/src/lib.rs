@@ -83,9 +83,11 @@ mod http;
 mod kubelet_api;
 pub mod metrics;
 mod negotiation;
+mod openapi;
 mod printers;
 mod protobuf;
 pub mod resources;
+mod schemas;
 pub mod status;
 pub mod store;
 mod token;
@@ -183,6 +185,8 @@ pub(crate) struct Shared {
     pub(crate) address: SocketAddr,
     /// Signs the service account tokens this server issues.
     pub(crate) tokens: token::TokenKey,
+    /// The OpenAPI documents of what is served.
+    pub(crate) openapi: openapi::Documents,
     /// Set when the server stops: watches and workloads end.
     pub(crate) stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -290,6 +294,7 @@ impl ApiServer {
             bookmark_interval: config.bookmark_interval,
             address,
             tokens: token::TokenKey::random(),
+            openapi: openapi::Documents::default(),
             stopping: tokio::sync::watch::channel(false).0,
         });
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();

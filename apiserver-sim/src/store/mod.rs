@@ -43,6 +43,7 @@ pub use filter::Filter;
 pub use list::{ListOptions, ListPage};
 pub use meta::{now_rfc3339, rfc3339_in};
 pub(crate) use filter::label_selector_string;
+pub(crate) use strategic::patch_strategy;
 pub use write::{Part, PatchType, WriteOptions};
 
 use crate::metrics::Metrics;

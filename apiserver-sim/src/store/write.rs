@@ -62,8 +62,9 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `force`: an apply takes the fields it conflicts on from their managers.
     pub force: bool,
-    /// `fieldValidation=Strict`: a field that a custom resource's schema
-    /// does not declare is a 400 instead of being dropped.
+    /// `fieldValidation=Strict` (what kubectl sends): a field that the
+    /// object's type or custom resource schema does not declare is a 400
+    /// instead of being dropped.
     pub strict: bool,
 }
 
@@ -557,29 +558,42 @@ impl Transaction<'_> {
 
 impl Transaction<'_> {
     /// Prunes, defaults and checks an object of a resource with a schema, as
-    /// kube-apiserver does a custom resource's.
+    /// kube-apiserver does a custom resource's; prunes a built-in object to
+    /// its type's fields, as kube-apiserver's decoding does.
     ///
     /// # Errors
     ///
-    /// 400 for a field the schema does not declare under strict field
-    /// validation, 422 for invalid fields.
+    /// 400 for a field the schema or type does not declare under strict
+    /// field validation, 422 for invalid fields.
     fn admit(&self, def: &ResourceDef, name: &str, object: &mut Value) -> Result<()> {
         let Some(schema) = &def.schema else {
-            return Ok(());
+            if def.custom {
+                return Ok(());
+            }
+            let pruned = crate::schemas::prune(&def.group, &def.version, &def.kind, object);
+            return self.refuse_unknown(&pruned);
         };
         let (pruned, errors) = schema::admit(schema, object);
-        if self.options.strict && !pruned.is_empty() {
-            let unknown: Vec<String> = pruned.iter().map(|path| format!("unknown field {path:?}")).collect();
-            return Err(ApiError::bad_request(format!(
-                "strict decoding error: {}",
-                unknown.join(", ")
-            )));
-        }
+        self.refuse_unknown(&pruned)?;
         if errors.is_empty() {
             Ok(())
         } else {
             Err(ApiError::invalid_fields(&def.group, &def.kind, name, errors))
         }
+    }
+}
+
+impl Transaction<'_> {
+    /// Under strict field validation, the fields pruned are a 400.
+    fn refuse_unknown(&self, pruned: &[String]) -> Result<()> {
+        if !self.options.strict || pruned.is_empty() {
+            return Ok(());
+        }
+        let unknown: Vec<String> = pruned.iter().map(|path| format!("unknown field {path:?}")).collect();
+        Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            unknown.join(", ")
+        )))
     }
 }
 
