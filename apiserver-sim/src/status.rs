@@ -84,6 +84,39 @@ impl FieldError {
         )
     }
 
+    /// `Forbidden: <detail>`.
+    #[must_use]
+    pub fn forbidden(field: &str, detail: &str) -> Self {
+        Self::with("FieldValueForbidden", field, format!("Forbidden: {detail}"))
+    }
+
+    /// `Duplicate value: <value>`.
+    #[must_use]
+    pub fn duplicate(field: &str, value: &str) -> Self {
+        Self::with("FieldValueDuplicate", field, format!("Duplicate value: {value}"))
+    }
+
+    /// `Too long: may not be more than <max> bytes`.
+    #[must_use]
+    pub fn too_long(field: &str, max: u64) -> Self {
+        let unit = if max == 1 { "byte" } else { "bytes" };
+        Self::with(
+            "FieldValueTooLong",
+            field,
+            format!("Too long: may not be more than {max} {unit}"),
+        )
+    }
+
+    /// `Too many: <actual>: must have at most <max> items`.
+    #[must_use]
+    pub fn too_many(field: &str, actual: usize, max: u64) -> Self {
+        Self::with(
+            "FieldValueTooMany",
+            field,
+            format!("Too many: {actual}: must have at most {max} items"),
+        )
+    }
+
     fn with(reason: &'static str, field: &str, message: String) -> Self {
         Self {
             reason,

@@ -26,6 +26,7 @@ mod filter;
 mod list;
 mod managed_fields;
 mod meta;
+mod rules;
 mod scale;
 mod schema;
 mod strategic;
@@ -40,9 +41,9 @@ use tokio::sync::{mpsc, watch};
 
 pub use delete::Preconditions;
 pub use filter::Filter;
+pub(crate) use filter::label_selector_string;
 pub use list::{ListOptions, ListPage};
 pub use meta::{now_rfc3339, rfc3339_in};
-pub(crate) use filter::label_selector_string;
 pub(crate) use strategic::patch_strategy;
 pub use write::{Part, PatchType, WriteOptions};
 

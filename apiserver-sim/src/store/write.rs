@@ -294,7 +294,7 @@ impl Transaction<'_> {
             crd::establish(&mut body);
         }
         super::drop_empty_metadata(&mut body);
-        self.admit(&def, &name, &mut body)?;
+        self.admit(&def, &name, &mut body, None)?;
         match ownership {
             Ownership::Record => {
                 if let Some(manager) = self.options.field_manager.clone() {
@@ -533,7 +533,7 @@ impl Transaction<'_> {
             }
         }
         super::drop_empty_metadata(&mut next);
-        self.admit(&def, name, &mut next)?;
+        self.admit(&def, name, &mut next, Some(&existing.value))?;
         if next == existing.value {
             // Nothing changed: no new resourceVersion, no event.
             return Ok(existing);
@@ -565,7 +565,7 @@ impl Transaction<'_> {
     ///
     /// 400 for a field the schema or type does not declare under strict
     /// field validation, 422 for invalid fields.
-    fn admit(&self, def: &ResourceDef, name: &str, object: &mut Value) -> Result<()> {
+    fn admit(&self, def: &ResourceDef, name: &str, object: &mut Value, old: Option<&Value>) -> Result<()> {
         let Some(schema) = &def.schema else {
             if def.custom {
                 return Ok(());
@@ -573,7 +573,7 @@ impl Transaction<'_> {
             let pruned = crate::schemas::prune(&def.group, &def.version, &def.kind, object);
             return self.refuse_unknown(&pruned);
         };
-        let (pruned, errors) = schema::admit(schema, object);
+        let (pruned, errors) = schema::admit(schema, object, old);
         self.refuse_unknown(&pruned)?;
         if errors.is_empty() {
             Ok(())
