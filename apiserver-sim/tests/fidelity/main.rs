@@ -8,6 +8,7 @@ mod crd_schema;
 mod defaulting;
 mod discovery;
 mod metadata;
+mod newcomer;
 mod openapi;
 mod protobuf;
 mod shapes;
