@@ -7,13 +7,18 @@
 //! label and field selectors, paging with continue tokens, a cluster-wide
 //! `resourceVersion` with a compaction window (older versions answer 410 Gone),
 //! watch bookmarks and streaming lists (`sendInitialEvents`), and metadata-only
-//! answers (`PartialObjectMetadata`) when the `Accept` header asks for them. kube-rs clients and
-//! `kubectl` talk to it as to a cluster.
+//! answers (`PartialObjectMetadata`) when the `Accept` header asks for them, OpenAPI v2
+//! and v3 documents (so kubectl validates, applies and explains with its defaults), and
+//! the health endpoints and `/metrics`. Built-in objects are defaulted as kube-apiserver
+//! defaults them, and custom resources checked in full against their CRD's schema, CEL
+//! rules included. kube-rs clients and `kubectl` talk to it as to a cluster.
 //!
 //! Beside it run the controllers a workload needs ([`SimConfig::controllers`],
 //! on by default): a Deployment written by anyone gets a ReplicaSet and pods,
-//! which start [`SimConfig::pod_start_delay`] later, and the statuses follow;
-//! the dependents of a deleted Deployment or ReplicaSet are deleted.
+//! which start [`SimConfig::pod_start_delay`] later, and the statuses follow,
+//! with revisions and Events; the dependents of a deleted Deployment or
+//! ReplicaSet are deleted; every namespace gets its `default` ServiceAccount
+//! and `kube-root-ca.crt` ConfigMap; PodDisruptionBudgets get their status.
 //!
 //! The resource metrics API, `metrics.k8s.io/v1beta1`, is served as
 //! metrics-server serves it behind the aggregator, so that `kubectl top` and an
