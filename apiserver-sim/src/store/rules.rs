@@ -103,8 +103,10 @@ pub(super) fn check(schema: &Value, value: &Value, old: Option<&Value>, path: &s
         errors.push(match rule["reason"].as_str() {
             Some("FieldValueRequired") => FieldError::required(&field, &message),
             Some("FieldValueForbidden") => FieldError::forbidden(&field, &message),
-            Some("FieldValueDuplicate") => FieldError::duplicate(&field, &format!("{:?}", type_name(value))),
-            _ => FieldError::invalid(&field, &format!("{:?}", type_name(value)), &message),
+            Some("FieldValueDuplicate") => {
+                FieldError::duplicate(&field, &format!("{:?}", super::schema::type_of(value)))
+            }
+            _ => FieldError::invalid(&field, &format!("{:?}", super::schema::type_of(value)), &message),
         });
     }
 }
@@ -122,19 +124,6 @@ fn message(rule: &Value, context: &Context<'_, '_>, source: &str) -> String {
     match rule["message"].as_str() {
         Some(message) if !message.is_empty() => message.to_owned(),
         _ => format!("failed rule: {source}"),
-    }
-}
-
-/// The schema type kube-apiserver names a failed rule's value by.
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(number) if number.is_i64() || number.is_u64() => "integer",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
     }
 }
 

@@ -118,8 +118,9 @@ fn default(schema: &Value, value: &mut Value) {
     }
 }
 
-/// The JSON type of a value, as the schema names types.
-fn type_of(value: &Value) -> &'static str {
+/// The JSON type of a value, as the schema names types (and kube-apiserver
+/// a failed rule's value).
+pub(super) fn type_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

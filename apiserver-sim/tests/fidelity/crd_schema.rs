@@ -2,42 +2,23 @@
 
 use apiserver_sim::SimConfig;
 use kube::Client;
-use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams, ValidationDirective};
-use kube::discovery::ApiResource;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams, ValidationDirective};
 use serde_json::{Value, json};
 
-use crate::support::{api_error, from_json, raw, start};
+use crate::support::{api_error, from_json, raw, register_example_crd, start};
 
 /// Registers `widgets.example.com/v1`, whose schema requires a `size` from 1
 /// to 10 and defaults `color` to `red`; the API of its objects.
 async fn widgets_with_schema(client: &Client) -> Api<DynamicObject> {
-    let crds: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-            "customresourcedefinitions",
-        ),
-    );
-    let crd: DynamicObject = from_json(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-                 "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
-                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
-                     "type": "object",
-                     "properties": {"spec": {
-                         "type": "object",
-                         "required": ["size"],
-                         "properties": {
-                             "size": {"type": "integer", "minimum": 1, "maximum": 10},
-                             "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
-                         }}}}}}]}
-    }));
-    crds.create(&PostParams::default(), &crd)
-        .await
-        .expect("the CRD is created");
-    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", "Widget"), "widgets");
-    Api::default_namespaced_with(client.clone(), &resource)
+    let spec = json!({
+        "type": "object",
+        "required": ["size"],
+        "properties": {
+            "size": {"type": "integer", "minimum": 1, "maximum": 10},
+            "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+        }
+    });
+    register_example_crd(client, "Widget", "widgets", spec).await
 }
 
 fn widget(name: &str, spec: Value) -> DynamicObject {
@@ -133,42 +114,24 @@ async fn invalid_custom_resources_get_kube_apiservers_422() {
 /// Registers `gadgets.example.com/v1`, whose schema uses every check
 /// kube-apiserver makes of a custom resource; the API of its objects.
 async fn gadgets(client: &Client) -> Api<DynamicObject> {
-    let crds: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-            "customresourcedefinitions",
-        ),
-    );
-    let crd: DynamicObject = from_json(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-                 "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"},
-                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
-                     "type": "object",
-                     "properties": {"spec": {
-                         "type": "object",
-                         "x-kubernetes-validations": [
-                             {"rule": "self.replicas <= self.maxReplicas", "message": "replicas may not exceed maxReplicas"},
-                             {"rule": "self.maxReplicas >= oldSelf.maxReplicas", "message": "maxReplicas may not shrink"},
-                         ],
-                         "properties": {
-                             "name": {"type": "string", "minLength": 3, "maxLength": 8, "pattern": "^[a-z]+$"},
-                             "owner": {"type": "string", "format": "email"},
-                             "replicas": {"type": "integer"},
-                             "maxReplicas": {"type": "integer"},
-                             "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3, "uniqueItems": true},
-                             "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port"],
-                                       "items": {"type": "object", "properties": {"port": {"type": "integer"}}}},
-                             "labels": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 2},
-                         }}}}}}]}
-    }));
-    crds.create(&PostParams::default(), &crd)
-        .await
-        .expect("the CRD is created");
-    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", "Gadget"), "gadgets");
-    Api::default_namespaced_with(client.clone(), &resource)
+    let spec = json!({
+        "type": "object",
+        "x-kubernetes-validations": [
+            {"rule": "self.replicas <= self.maxReplicas", "message": "replicas may not exceed maxReplicas"},
+            {"rule": "self.maxReplicas >= oldSelf.maxReplicas", "message": "maxReplicas may not shrink"},
+        ],
+        "properties": {
+            "name": {"type": "string", "minLength": 3, "maxLength": 8, "pattern": "^[a-z]+$"},
+            "owner": {"type": "string", "format": "email"},
+            "replicas": {"type": "integer"},
+            "maxReplicas": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3, "uniqueItems": true},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port"],
+                      "items": {"type": "object", "properties": {"port": {"type": "integer"}}}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 2},
+        }
+    });
+    register_example_crd(client, "Gadget", "gadgets", spec).await
 }
 
 fn gadget(spec: Value) -> DynamicObject {

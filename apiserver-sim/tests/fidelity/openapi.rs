@@ -5,7 +5,7 @@ use std::path::Path;
 use apiserver_sim::SimConfig;
 use apiserver_sim::store::ResourceId;
 
-use crate::support::{kubectl, kubectl_output, kubectl_run, raw, start};
+use crate::support::{example_crd, kubectl, kubectl_output, kubectl_run, raw, start};
 
 /// A chart as `helm template` renders one: the objects of a web app with a
 /// disruption budget and an admission webhook.
@@ -299,16 +299,12 @@ async fn kubectl_explains_built_in_kinds_and_custom_resources() {
     let explained = kubectl_run(&server, path, &["explain", "deployment.spec.strategy"]).await;
     assert!(explained.contains("KIND:       Deployment"), "{explained}");
     assert!(explained.contains("rollingUpdate"), "{explained}");
-    let crd = serde_json::json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced",
-                 "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
-                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
-                     "type": "object",
-                     "properties": {"spec": {"type": "object", "description": "What a widget should be.",
-                                             "properties": {"size": {"type": "integer", "description": "How big the widget is."}}}}}}}]}
-    });
+    let crd = example_crd(
+        "Widget",
+        "widgets",
+        serde_json::json!({"type": "object", "description": "What a widget should be.",
+                           "properties": {"size": {"type": "integer", "description": "How big the widget is."}}}),
+    );
     let crd = write(path, "crd.json", &crd.to_string());
     kubectl_run(&server, path, &["apply", "-f", &crd]).await;
     let explained = kubectl_run(&server, path, &["explain", "widgets.spec"]).await;
