@@ -35,6 +35,11 @@ async fn kubectl_get_pages_tables_past_500_rows() {
             )
             .unwrap();
     }
+    let dir = tempfile::tempdir().unwrap();
+    let table = kubectl_run(&server, dir.path(), &["get", "cm", "--no-headers"]).await;
+    assert_eq!(lines(&table), 510, "{table}");
+    let chunked = kubectl_run(&server, dir.path(), &["get", "cm", "--chunk-size=7", "--no-headers"]).await;
+    assert_eq!(lines(&chunked), 510);
     let pdbs = ResourceId::new("policy", "v1", "poddisruptionbudgets");
     let services = ResourceId::new("", "v1", "services");
     for index in 0..505 {
@@ -57,11 +62,6 @@ async fn kubectl_get_pages_tables_past_500_rows() {
             )
             .unwrap();
     }
-    let dir = tempfile::tempdir().unwrap();
-    let table = kubectl_run(&server, dir.path(), &["get", "cm", "--no-headers"]).await;
-    assert_eq!(lines(&table), 510, "{table}");
-    let chunked = kubectl_run(&server, dir.path(), &["get", "cm", "--chunk-size=7", "--no-headers"]).await;
-    assert_eq!(lines(&chunked), 510);
     let all = kubectl_run(&server, dir.path(), &["get", "all,pdb", "-A", "--no-headers"]).await;
     // 505 Services, the `kubernetes` Service and 505 budgets.
     assert_eq!(lines(&all), 1011, "{all}");
