@@ -19,6 +19,8 @@
 //! ports) is kept when the body leaves it out, as kube-apiserver keeps it, so
 //! `kubectl replace -f` of a manifest works.
 
+use std::collections::HashSet;
+
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
@@ -35,9 +37,9 @@ const NODE_PORTS: std::ops::RangeInclusive<u64> = 30_000..=32_767;
 #[derive(Debug, Default)]
 pub(super) struct Allocated {
     /// The Services' cluster IPs.
-    pub(super) cluster_ips: Vec<String>,
+    pub(super) cluster_ips: HashSet<std::net::Ipv4Addr>,
     /// The Services' node ports.
-    pub(super) node_ports: Vec<u64>,
+    pub(super) node_ports: HashSet<u64>,
 }
 
 /// Fills in what kube-apiserver's defaulting fills in; `previous` is the
@@ -451,7 +453,7 @@ fn service(object: &mut Map<String, Value>, previous: Option<&Value>, allocated:
     if kind == "LoadBalancer" {
         set(spec, "allocateLoadBalancerNodePorts", json!(true));
     }
-    let mut taken: Vec<u64> = allocated.node_ports.clone();
+    let mut taken = allocated.node_ports.clone();
     let old_ports: Vec<Value> = before
         .and_then(|before| before["ports"].as_array().cloned())
         .unwrap_or_default();
@@ -470,7 +472,7 @@ fn service(object: &mut Map<String, Value>, previous: Option<&Value>, allocated:
                     .find(|candidate| !taken.contains(candidate))
                     .unwrap_or(*NODE_PORTS.end())
             });
-            taken.push(node_port);
+            taken.insert(node_port);
             port.insert("nodePort".into(), json!(node_port));
         }
     }
@@ -481,13 +483,11 @@ fn service(object: &mut Map<String, Value>, previous: Option<&Value>, allocated:
 /// The first address of the Service range no Service holds.
 fn free_cluster_ip(allocated: &Allocated) -> String {
     (1..SERVICE_RANGE_SIZE - 1)
-        .map(|offset| std::net::Ipv4Addr::from(SERVICE_RANGE_START + offset).to_string())
+        .map(|offset| std::net::Ipv4Addr::from(SERVICE_RANGE_START + offset))
         .find(|ip| !allocated.cluster_ips.contains(ip))
-        .unwrap_or_else(|| "10.96.0.2".to_owned())
+        .map_or_else(|| "10.96.0.2".to_owned(), |ip| ip.to_string())
 }
 
-/// A namespace is labelled with its name; it starts with the `kubernetes`
-/// finalizer in its spec, which only the `finalize` subresource changes.
 fn namespace(object: &mut Map<String, Value>, previous: Option<&Value>) {
     let name = object["metadata"]["name"].clone();
     if name.is_string() {
@@ -608,8 +608,8 @@ mod tests {
     #[test]
     fn a_service_gets_a_free_cluster_ip_and_keeps_it_on_update() {
         let allocated = Allocated {
-            cluster_ips: vec!["10.96.0.1".into()],
-            node_ports: vec![30000],
+            cluster_ips: [std::net::Ipv4Addr::new(10, 96, 0, 1)].into(),
+            node_ports: [30000].into(),
         };
         let mut service = json!({"metadata": {"name": "web"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}});
         apply(&def("Service"), &mut service, None, &allocated);

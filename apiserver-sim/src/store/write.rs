@@ -667,12 +667,12 @@ fn allocated(state: &State, def: &ResourceDef) -> defaulting::Allocated {
     };
     for service in services.objects.values() {
         let spec = &service.value["spec"];
-        if let Some(ip) = spec["clusterIP"].as_str() {
-            allocated.cluster_ips.push(ip.to_owned());
+        if let Some(ip) = spec["clusterIP"].as_str().and_then(|ip| ip.parse().ok()) {
+            allocated.cluster_ips.insert(ip);
         }
         for port in spec["ports"].as_array().into_iter().flatten() {
             if let Some(node_port) = port["nodePort"].as_u64() {
-                allocated.node_ports.push(node_port);
+                allocated.node_ports.insert(node_port);
             }
         }
     }
