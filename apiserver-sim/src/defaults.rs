@@ -1,4 +1,4 @@
-//! The objects a fresh cluster holds before anyone writes: its namespaces, the `kubernetes` Service, the APIServices of its groups and the RBAC bootstrap roles every client may read.
+//! The objects a fresh cluster holds before anyone writes: its four namespaces, the `kubernetes` Service, the APIServices of its groups and the RBAC bootstrap roles every client may read.
 
 use serde_json::{Value, json};
 
@@ -7,7 +7,8 @@ use crate::resources::{ResourceDef, ids};
 use crate::status::Result;
 use crate::store::{Store, WriteOptions};
 
-/// Creates the `default`, `kube-system` and `kube-public` namespaces, the
+/// Creates the `default`, `kube-system`, `kube-public` and `kube-node-lease`
+/// namespaces, the
 /// `default/kubernetes` Service of the API server listening on `port`, and an
 /// APIService for each served group version, and the bootstrap ClusterRoles
 /// and ClusterRoleBindings of [`bootstrap_rbac`].
@@ -16,7 +17,7 @@ use crate::store::{Store, WriteOptions};
 ///
 /// When the store refuses one, which a fresh store does not.
 pub(crate) fn create(store: &Store, port: u16) -> Result<()> {
-    for namespace in ["default", "kube-system", "kube-public"] {
+    for namespace in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         store.create(&ids::namespaces(), None, json!({"metadata": {"name": namespace}}))?;
     }
     store.create(&ids::services(), Some("default"), kubernetes_service(port))?;

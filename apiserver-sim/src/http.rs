@@ -20,7 +20,7 @@ use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, EventForm, Start, WatchRequest};
-use crate::{Shared, encoding, metrics, printers, protobuf, resources, server_stats};
+use crate::{Shared, encoding, health, metrics, printers, protobuf, resources, server_stats};
 
 mod unstored;
 
@@ -120,9 +120,53 @@ async fn handle(
         query: &query,
         body: &body,
     };
-    match request.serve() {
+    let response = match request.serve() {
         Ok(response) => response,
         Err(error) => error_response(&error),
+    };
+    shared
+        .stats
+        .by_request
+        .record(request_labels(&method, path, &query, response.status().as_u16()));
+    response
+}
+
+/// What `/metrics` counts a request by: its verb as kube-apiserver names it
+/// (`LIST`, `WATCH`, `POST`, …), the resource it addresses, and the code.
+fn request_labels(method: &Method, path: &str, query: &HashMap<String, String>, code: u16) -> health::RequestLabels {
+    let verb = match verb_of(method, path, query) {
+        _ if resource_of(path).is_none() => match *method {
+            Method::GET => "GET",
+            Method::POST => "POST",
+            _ => "OTHER",
+        },
+        "watch" => "WATCH",
+        "get" => "GET",
+        "list" => "LIST",
+        "create" => "POST",
+        "update" => "PUT",
+        "patch" => "PATCH",
+        "delete" => "DELETE",
+        "deletecollection" => "DELETECOLLECTION",
+        _ => "OTHER",
+    };
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segments[..] {
+        ["api", version, ref rest @ ..] => ("", version, rest),
+        ["apis", group, version, ref rest @ ..] => (group, version, rest),
+        _ => ("", "", &[][..]),
+    };
+    let rest = match rest {
+        ["namespaces", _, rest @ ..] if !rest.is_empty() => rest,
+        rest => rest,
+    };
+    health::RequestLabels {
+        verb,
+        group: group.to_owned(),
+        version: version.to_owned(),
+        resource: rest.first().map(|s| (*s).to_owned()).unwrap_or_default(),
+        subresource: rest.get(2).map(|s| (*s).to_owned()).unwrap_or_default(),
+        code,
     }
 }
 
@@ -147,8 +191,21 @@ impl Request<'_> {
     fn serve(&self) -> Result<Response> {
         let segments: Vec<&str> = self.path.split('/').filter(|s| !s.is_empty()).collect();
         let store = &self.shared.store;
+        if let Some((endpoint, check)) = health::endpoint(self.path) {
+            let body = health::check(endpoint, check, self.query.contains_key("verbose"))?;
+            return Ok(text_response(StatusCode::OK, body));
+        }
         match segments[..] {
             ["version"] => Ok(json_response(StatusCode::OK, &resources::version())),
+            ["metrics"] => Ok(text_response(StatusCode::OK, health::metrics(self.shared))),
+            ["openapi", "v2"] => Ok(bytes_response(StatusCode::OK, self.shared.openapi.v2(store))),
+            ["openapi", "v3"] => Ok(bytes_response(StatusCode::OK, self.shared.openapi.v3_index(store))),
+            ["openapi", "v3", ref rest @ ..] => self
+                .shared
+                .openapi
+                .v3_document(store, &rest.join("/"))
+                .map(|document| bytes_response(StatusCode::OK, document))
+                .ok_or_else(|| ApiError::no_route(self.path)),
             ["api"] if self.wants(&[Representation::GroupDiscoveryList]) == Representation::GroupDiscoveryList => {
                 let core = self.group_version_lists("", &["v1".to_owned()]);
                 Ok(aggregated_discovery_response(&[(String::new(), core)]))
@@ -221,17 +278,10 @@ impl Request<'_> {
         match metrics::api::serve(&self.shared.store, &request)? {
             metrics::api::Answer::Json(value) => Ok(json_response(StatusCode::OK, &value)),
             // The aggregator's answer is Go's `http.Error`: plain text, no Status.
-            metrics::api::Answer::Unavailable => {
-                let mut response = Response::new(Body::from("service unavailable\n"));
-                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                let headers = response.headers_mut();
-                headers.insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; charset=utf-8"),
-                );
-                headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-                Ok(response)
-            }
+            metrics::api::Answer::Unavailable => Ok(text_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service unavailable\n".to_owned(),
+            )),
         }
     }
 
@@ -316,7 +366,7 @@ impl Request<'_> {
         {
             return Err(ApiError::no_route(self.path));
         }
-        if let Some(response) = self.unstored_resource(&def, target.name.as_deref()) {
+        if let Some(response) = self.unstored_resource(&def, namespace, target.name.as_deref()) {
             return response;
         }
         if let (Some(name), Some(subresource)) = (target.name.as_deref(), target.subresource.as_deref())
@@ -549,7 +599,14 @@ impl Request<'_> {
         let page = self.shared.store.list(id, filter, &options)?;
         if self.wants_table() {
             let items: Vec<&Value> = page.items.iter().map(|item| &item.value).collect();
-            let table = printers::table(def, Some(page.resource_version), &items);
+            let table = printers::table(
+                def,
+                printers::Page {
+                    resource_version: Some(page.resource_version),
+                    continue_token: page.continue_token.as_deref(),
+                },
+                &items,
+            );
             return Ok(json_response(StatusCode::OK, &table));
         }
         self.list_answer(def, page.resource_version, page.continue_token.as_deref(), &page.items)
@@ -570,7 +627,10 @@ impl Request<'_> {
         ];
         match self.wants(&offered) {
             Representation::PartialObjectMetadata => Ok(bytes_response(code, object.partial_metadata_json())),
-            Representation::Table => Ok(json_response(code, &printers::table(def, None, &[&object.value]))),
+            Representation::Table => Ok(json_response(
+                code,
+                &printers::table(def, printers::Page::default(), &[&object.value]),
+            )),
             Representation::PartialObjectMetadataList => Err(ApiError::not_acceptable(format!(
                 "you requested PartialObjectMetadataList, but the requested object is not a list (*{})",
                 go_type(def, &def.kind)
@@ -731,8 +791,23 @@ fn sim_control(shared: &Shared, method: &Method, path: &str, query: &HashMap<Str
     }
 }
 
+/// A plain text answer, as the health endpoints and `/metrics` give.
+fn text_response(status: StatusCode, body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    response
+}
+
 fn json_response(status: StatusCode, value: &Value) -> Response {
-    bytes_response(status, Bytes::from(encoding::to_vec(value)))
+    let mut bytes = encoding::to_vec(value);
+    bytes.push(b'\n');
+    bytes_response(status, Bytes::from(bytes))
 }
 
 /// An aggregated discovery document, labelled as the API server labels it.
@@ -747,7 +822,17 @@ fn aggregated_discovery_response(groups: &[(String, Vec<Value>)]) -> Response {
     response
 }
 
+/// A JSON answer. Its body ends with a newline, as Go's JSON encoder ends
+/// every value kube-apiserver writes.
 fn bytes_response(status: StatusCode, bytes: Bytes) -> Response {
+    let bytes = if bytes.ends_with(b"\n") {
+        bytes
+    } else {
+        let mut line = BytesMut::with_capacity(bytes.len() + 1);
+        line.put_slice(&bytes);
+        line.put_u8(b'\n');
+        line.freeze()
+    };
     let mut response = Response::new(Body::from(bytes));
     *response.status_mut() = status;
     response
@@ -806,7 +891,7 @@ fn list_response(
     }
     let head = encoding::to_vec(&json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}));
     let items: Vec<Bytes> = items.collect();
-    let size = items.iter().map(|item| item.len() + 1).sum::<usize>() + head.len() + 16;
+    let size = items.iter().map(|item| item.len() + 1).sum::<usize>() + head.len() + 17;
     let mut buf = BytesMut::with_capacity(size);
     // The head without its closing brace; the items follow.
     buf.put_slice(&head[..head.len() - 1]);
@@ -824,7 +909,7 @@ fn list_response(
             None => buf.put_slice(item),
         }
     }
-    buf.put_slice(b"]}");
+    buf.put_slice(b"]}\n");
     bytes_response(StatusCode::OK, buf.freeze())
 }
 

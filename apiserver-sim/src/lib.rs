@@ -7,13 +7,18 @@
 //! label and field selectors, paging with continue tokens, a cluster-wide
 //! `resourceVersion` with a compaction window (older versions answer 410 Gone),
 //! watch bookmarks and streaming lists (`sendInitialEvents`), and metadata-only
-//! answers (`PartialObjectMetadata`) when the `Accept` header asks for them. kube-rs clients and
-//! `kubectl` talk to it as to a cluster.
+//! answers (`PartialObjectMetadata`) when the `Accept` header asks for them, OpenAPI v2
+//! and v3 documents (so kubectl validates, applies and explains with its defaults), and
+//! the health endpoints and `/metrics`. Built-in objects are defaulted as kube-apiserver
+//! defaults them, and custom resources checked in full against their CRD's schema, CEL
+//! rules included. kube-rs clients and `kubectl` talk to it as to a cluster.
 //!
 //! Beside it run the controllers a workload needs ([`SimConfig::controllers`],
 //! on by default): a Deployment written by anyone gets a ReplicaSet and pods,
-//! which start [`SimConfig::pod_start_delay`] later, and the statuses follow;
-//! the dependents of a deleted Deployment or ReplicaSet are deleted.
+//! which start [`SimConfig::pod_start_delay`] later, and the statuses follow,
+//! with revisions and Events; the dependents of a deleted Deployment or
+//! ReplicaSet are deleted; every namespace gets its `default` ServiceAccount
+//! and `kube-root-ca.crt` ConfigMap; PodDisruptionBudgets get their status.
 //!
 //! The resource metrics API, `metrics.k8s.io/v1beta1`, is served as
 //! metrics-server serves it behind the aggregator, so that `kubectl top` and an
@@ -78,13 +83,16 @@ mod controllers;
 mod defaults;
 mod encoding;
 mod faults;
+mod health;
 mod http;
 mod kubelet_api;
 pub mod metrics;
 mod negotiation;
+mod openapi;
 mod printers;
 mod protobuf;
 pub mod resources;
+mod schemas;
 pub mod status;
 pub mod store;
 mod token;
@@ -182,6 +190,8 @@ pub(crate) struct Shared {
     pub(crate) address: SocketAddr,
     /// Signs the service account tokens this server issues.
     pub(crate) tokens: token::TokenKey,
+    /// The OpenAPI documents of what is served.
+    pub(crate) openapi: openapi::Documents,
     /// Set when the server stops: watches and workloads end.
     pub(crate) stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -190,8 +200,10 @@ pub(crate) struct Shared {
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
     requests: AtomicU64,
+    /// Requests by verb, resource and code, as `/metrics` counts them.
+    pub(crate) by_request: health::Requests,
     watches_opened: Mutex<HashMap<String, u64>>,
-    watches_open: Mutex<HashMap<String, u64>>,
+    pub(crate) watches_open: Mutex<HashMap<String, u64>>,
 }
 
 impl Stats {
@@ -212,11 +224,11 @@ impl Stats {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn stat_name(id: &ResourceId) -> String {
+pub(crate) fn stat_name(id: &ResourceId) -> String {
     if id.group.is_empty() {
         id.plural.clone()
     } else {
@@ -273,9 +285,11 @@ impl ApiServer {
         // Taken before any workload writes, so the controllers see every change.
         let changes = config.controllers.then(|| {
             store.feed(vec![
+                resources::ids::namespaces(),
                 resources::ids::deployments(),
                 resources::ids::replicasets(),
                 resources::ids::pods(),
+                resources::ids::disruption_budgets(),
             ])
         });
         let shared = Arc::new(Shared {
@@ -285,6 +299,7 @@ impl ApiServer {
             bookmark_interval: config.bookmark_interval,
             address,
             tokens: token::TokenKey::random(),
+            openapi: openapi::Documents::default(),
             stopping: tokio::sync::watch::channel(false).0,
         });
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -37,11 +37,22 @@ const fn number(name: &'static str, cell: fn(&Value) -> Value) -> Column {
     }
 }
 
+/// The list metadata a Table of a list page carries: its resourceVersion and
+/// the token of the next page, which kubectl follows past the first 500 rows.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Page<'a> {
+    pub(crate) resource_version: Option<u64>,
+    pub(crate) continue_token: Option<&'a str>,
+}
+
 /// A Table of `items` as kube-apiserver prints objects of `def`.
-pub(crate) fn table(def: &ResourceDef, resource_version: Option<u64>, items: &[&Value]) -> Value {
+pub(crate) fn table(def: &ResourceDef, page: Page<'_>, items: &[&Value]) -> Value {
     let mut metadata = json!({});
-    if let Some(resource_version) = resource_version {
+    if let Some(resource_version) = page.resource_version {
         metadata["resourceVersion"] = json!(resource_version.to_string());
+    }
+    if let Some(token) = page.continue_token {
+        metadata["continue"] = json!(token);
     }
     let (definitions, rows): (Vec<Value>, Vec<Value>) = if def.custom {
         custom_table(def, items)
@@ -160,6 +171,46 @@ fn columns(def: &ResourceDef) -> Vec<Column> {
         .into_iter()
         .chain(template_columns())
         .collect(),
+        ("", "ReplicationController") => vec![
+            name,
+            number("Desired", |o| count(&o["spec"]["replicas"])),
+            number("Current", |o| count(&o["status"]["replicas"])),
+            number("Ready", |o| count(&o["status"]["readyReplicas"])),
+            age_column,
+        ],
+        ("policy", "PodDisruptionBudget") => vec![
+            name,
+            column("Min Available", 0, |o| {
+                or_none(&int_or_string(&o["spec"]["minAvailable"]))
+            }),
+            column("Max Unavailable", 0, |o| {
+                or_none(&int_or_string(&o["spec"]["maxUnavailable"]))
+            }),
+            number("Allowed Disruptions", |o| count(&o["status"]["disruptionsAllowed"])),
+            age_column,
+        ],
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") => {
+            vec![name, number("Webhooks", |o| json!(len(&o["webhooks"]))), age_column]
+        }
+        ("node.k8s.io", "RuntimeClass") => vec![name, column("Handler", 0, |o| o["handler"].clone()), age_column],
+        ("apps", "ControllerRevision") => vec![
+            name,
+            column("Controller", 0, |o| {
+                let owner = o["metadata"]["ownerReferences"]
+                    .as_array()
+                    .and_then(|owners| owners.iter().find(|owner| owner["controller"] == true));
+                match owner {
+                    Some(owner) => json!(format!(
+                        "{}/{}",
+                        owner["kind"].as_str().unwrap_or_default().to_lowercase(),
+                        owner["name"].as_str().unwrap_or_default()
+                    )),
+                    None => json!("<none>"),
+                }
+            }),
+            number("Revision", |o| count(&o["revision"])),
+            age_column,
+        ],
         ("coordination.k8s.io", "Lease") => vec![
             name,
             column("Holder", 0, |o| o["spec"]["holderIdentity"].clone()),
@@ -316,6 +367,14 @@ fn count(value: &Value) -> Value {
 
 fn ratio(have: &Value, want: &Value) -> Value {
     json!(format!("{}/{}", have.as_i64().unwrap_or(0), want.as_i64().unwrap_or(0)))
+}
+
+/// An int-or-string field as text: `1`, `25%`, or nothing.
+fn int_or_string(value: &Value) -> Value {
+    match value {
+        Value::Number(number) => json!(number.to_string()),
+        other => other.clone(),
+    }
 }
 
 fn or_none(value: &Value) -> Value {
@@ -508,7 +567,7 @@ fn job_status(job: &Value) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::{human_duration, table};
+    use super::{Page, human_duration, table};
     use crate::resources::built_in;
 
     #[test]
@@ -540,7 +599,14 @@ mod tests {
                 {"name": "b", "ready": false, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}},
             ]},
         });
-        let printed = table(&pods, Some(7), &[&pod]);
+        let printed = table(
+            &pods,
+            Page {
+                resource_version: Some(7),
+                continue_token: None,
+            },
+            &[&pod],
+        );
         let names: Vec<&str> = printed["columnDefinitions"]
             .as_array()
             .unwrap()

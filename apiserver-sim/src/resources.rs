@@ -218,6 +218,14 @@ impl ResourceDef {
         self
     }
 
+    /// Puts it in these categories too.
+    #[must_use]
+    pub fn categories(mut self, categories: &[&str]) -> Self {
+        self.categories
+            .extend(categories.iter().map(|category| (*category).to_owned()));
+        self
+    }
+
     /// Sets the kubectl short names.
     #[must_use]
     pub fn short_names(mut self, names: &[&str]) -> Self {
@@ -335,6 +343,75 @@ pub fn built_in() -> Vec<ResourceDef> {
             .with_status()
             .short_names(&["quota"]),
         ResourceDef::new("", "v1", "LimitRange", "limitranges").short_names(&["limits"]),
+        ResourceDef::new("", "v1", "ReplicationController", "replicationcontrollers")
+            .with_status()
+            .in_all()
+            .with_generation()
+            .with_scale(ScalePaths::replicas())
+            .short_names(&["rc"]),
+        ResourceDef::new("", "v1", "PodTemplate", "podtemplates"),
+        ResourceDef::new("apps", "v1", "ControllerRevision", "controllerrevisions"),
+        ResourceDef::new("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
+            .with_status()
+            .with_generation()
+            .short_names(&["pdb"]),
+        ResourceDef::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations",
+        )
+        .cluster_scoped()
+        .with_generation()
+        .categories(&["api-extensions"]),
+        ResourceDef::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+        )
+        .cluster_scoped()
+        .with_generation()
+        .categories(&["api-extensions"]),
+        ResourceDef::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+        )
+        .cluster_scoped()
+        .with_status()
+        .with_generation()
+        .categories(&["api-extensions"]),
+        ResourceDef::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+        )
+        .cluster_scoped()
+        .with_generation()
+        .categories(&["api-extensions"]),
+        ResourceDef::new("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses").cluster_scoped(),
+        ResourceDef::new("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas")
+            .cluster_scoped()
+            .with_status()
+            .with_generation(),
+        ResourceDef::new(
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "PriorityLevelConfiguration",
+            "prioritylevelconfigurations",
+        )
+        .cluster_scoped()
+        .with_status()
+        .with_generation(),
+        ResourceDef::new("storage.k8s.io", "v1", "CSIDriver", "csidrivers").cluster_scoped(),
+        ResourceDef::new("storage.k8s.io", "v1", "CSINode", "csinodes").cluster_scoped(),
+        ResourceDef::new("storage.k8s.io", "v1", "VolumeAttachment", "volumeattachments")
+            .cluster_scoped()
+            .with_status(),
+        ResourceDef::new("storage.k8s.io", "v1", "CSIStorageCapacity", "csistoragecapacities"),
         ResourceDef::new("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
         ResourceDef::new("networking.k8s.io", "v1", "Ingress", "ingresses")
             .with_status()
@@ -406,6 +483,17 @@ pub fn built_in() -> Vec<ResourceDef> {
         .in_all()
         .with_generation()
         .short_names(&["hpa"]),
+        // A real server keeps one storage behind both versions and converts
+        // between them; here they are two resources, as the Events are.
+        ResourceDef::new(
+            "autoscaling",
+            "v1",
+            "HorizontalPodAutoscaler",
+            "horizontalpodautoscalers",
+        )
+        .with_status()
+        .with_generation()
+        .short_names(&["hpa"]),
         // Reviews are answered, not stored: `create` only.
         ResourceDef::new("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews")
             .cluster_scoped()
@@ -420,6 +508,29 @@ pub fn built_in() -> Vec<ResourceDef> {
             "selfsubjectaccessreviews",
         )
         .cluster_scoped()
+        .verbs(&["create"]),
+        ResourceDef::new(
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectRulesReview",
+            "selfsubjectrulesreviews",
+        )
+        .cluster_scoped()
+        .verbs(&["create"]),
+        ResourceDef::new(
+            "authorization.k8s.io",
+            "v1",
+            "SubjectAccessReview",
+            "subjectaccessreviews",
+        )
+        .cluster_scoped()
+        .verbs(&["create"]),
+        ResourceDef::new(
+            "authorization.k8s.io",
+            "v1",
+            "LocalSubjectAccessReview",
+            "localsubjectaccessreviews",
+        )
         .verbs(&["create"]),
         ResourceDef::new("batch", "v1", "Job", "jobs")
             .with_status()
@@ -514,6 +625,12 @@ pub(crate) mod ids {
     pub(crate) fn cluster_role_bindings() -> ResourceId {
         ResourceId::new("rbac.authorization.k8s.io", "v1", "clusterrolebindings")
     }
+    pub(crate) fn disruption_budgets() -> ResourceId {
+        ResourceId::new("policy", "v1", "poddisruptionbudgets")
+    }
+    pub(crate) fn leases() -> ResourceId {
+        ResourceId::new("coordination.k8s.io", "v1", "leases")
+    }
     pub(crate) fn hpas() -> ResourceId {
         ResourceId::new("autoscaling", "v2", "horizontalpodautoscalers")
     }
@@ -554,7 +671,8 @@ pub fn group_list<'a>(defs: impl Iterator<Item = &'a ResourceDef>) -> Value {
     }
     let groups: Vec<Value> = groups
         .into_iter()
-        .map(|(group, versions)| {
+        .map(|(group, mut versions)| {
+            versions.sort_by_key(|version| std::cmp::Reverse(version_priority(version)));
             let entries: Vec<Value> = versions
                 .iter()
                 .map(|version| json!({"groupVersion": format!("{group}/{version}"), "version": version}))
@@ -564,6 +682,22 @@ pub fn group_list<'a>(defs: impl Iterator<Item = &'a ResourceDef>) -> Value {
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// How kube-apiserver ranks a group's versions, the preferred one first:
+/// GA before beta before alpha, then the higher major and minor number
+/// (`v2` > `v1` > `v1beta2` > `v1beta1` > `v1alpha1`).
+fn version_priority(version: &str) -> (u8, u32, u32) {
+    let rest = version.strip_prefix('v').unwrap_or(version);
+    let major_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let major = rest[..major_end].parse().unwrap_or(0);
+    let (stage, minor) = match &rest[major_end..] {
+        "" => (3, 0),
+        tail if tail.starts_with("beta") => (2, tail[4..].parse().unwrap_or(0)),
+        tail if tail.starts_with("alpha") => (1, tail[5..].parse().unwrap_or(0)),
+        _ => (0, 0),
+    };
+    (stage, major, minor)
 }
 
 /// The media type of an aggregated discovery document, as the API server
@@ -649,12 +783,17 @@ fn aggregated_version(list: &Value) -> Value {
     json!({"version": version, "resources": resources, "freshness": "Current"})
 }
 
-/// `/version`.
+/// `/version`, with the emulated and minimum compatibility versions that
+/// kube-apiserver reports since 1.33.
 #[must_use]
 pub fn version() -> Value {
     json!({
         "major": "1",
         "minor": "36",
+        "emulationMajor": "1",
+        "emulationMinor": "36",
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "35",
         "gitVersion": "v1.36.0+kinformer-sim",
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",

@@ -84,6 +84,39 @@ impl FieldError {
         )
     }
 
+    /// `Forbidden: <detail>`.
+    #[must_use]
+    pub fn forbidden(field: &str, detail: &str) -> Self {
+        Self::with("FieldValueForbidden", field, format!("Forbidden: {detail}"))
+    }
+
+    /// `Duplicate value: <value>`.
+    #[must_use]
+    pub fn duplicate(field: &str, value: &str) -> Self {
+        Self::with("FieldValueDuplicate", field, format!("Duplicate value: {value}"))
+    }
+
+    /// `Too long: may not be more than <max> bytes`.
+    #[must_use]
+    pub fn too_long(field: &str, max: u64) -> Self {
+        let unit = if max == 1 { "byte" } else { "bytes" };
+        Self::with(
+            "FieldValueTooLong",
+            field,
+            format!("Too long: may not be more than {max} {unit}"),
+        )
+    }
+
+    /// `Too many: <actual>: must have at most <max> items`.
+    #[must_use]
+    pub fn too_many(field: &str, actual: usize, max: u64) -> Self {
+        Self::with(
+            "FieldValueTooMany",
+            field,
+            format!("Too many: {actual}: must have at most {max} items"),
+        )
+    }
+
     fn with(reason: &'static str, field: &str, message: String) -> Self {
         Self {
             reason,
@@ -297,7 +330,7 @@ impl ApiError {
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects, TokenRequests, Evictions and reviews) (got {content_type})"
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf (for ConfigMaps, Secrets, Namespaces, ServiceAccounts, RBAC objects, Pods, Services, Deployments, Jobs, CronJobs, TokenRequests, Evictions and reviews) (got {content_type})"
             ),
         )
     }
@@ -327,6 +360,51 @@ impl ApiError {
                 "{resource} is forbidden: User \"{USER}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
             ),
         )
+    }
+
+    /// 403 for a creation in a namespace that is being deleted, as the
+    /// NamespaceLifecycle admission plugin refuses it.
+    #[must_use]
+    pub fn namespace_terminating(group: &str, plural: &str, name: &str, namespace: &str) -> Self {
+        let mut error = Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                qualified(group, plural)
+            ),
+        )
+        .about(group, plural, name);
+        if let Some(details) = error.details.as_mut() {
+            details.causes.push(FieldError {
+                reason: "NamespaceTerminating",
+                field: String::new(),
+                message: format!("namespace {namespace} is being terminated"),
+            });
+        }
+        error
+    }
+
+    /// 429 for an eviction that a PodDisruptionBudget refuses, as the
+    /// eviction subresource answers it.
+    #[must_use]
+    pub fn disruption_budget(budget: &str, needs: i64, has: i64) -> Self {
+        let mut error = Self::new(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        );
+        error.details = Some(Box::new(Details {
+            name: String::new(),
+            kind: String::new(),
+            group: String::new(),
+            causes: vec![FieldError {
+                reason: "DisruptionBudget",
+                field: String::new(),
+                message: format!("The disruption budget {budget} needs {needs} healthy pods and has {has} currently"),
+            }],
+        }));
+        error
     }
 
     /// 500.

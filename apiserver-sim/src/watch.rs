@@ -75,7 +75,7 @@ impl Encoder {
             EventForm::Object => object.json.clone(),
             EventForm::Metadata => object.partial_metadata_json(),
             EventForm::Table => {
-                let mut table = crate::printers::table(&self.def, None, &[&object.value]);
+                let mut table = crate::printers::table(&self.def, crate::printers::Page::default(), &[&object.value]);
                 if self.headers_sent {
                     table["columnDefinitions"] = json!([]);
                 }

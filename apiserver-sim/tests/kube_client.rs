@@ -101,7 +101,8 @@ async fn crud_follows_kubernetes_semantics() {
 
 #[tokio::test]
 async fn label_selectors_filter_lists() {
-    let (_server, client) = start(SimConfig::default()).await;
+    // No controllers: the namespace holds only the ConfigMaps written here, not kube-root-ca.crt.
+    let (_server, client) = start(SimConfig::default().controllers(false)).await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     for (name, app, tier) in [
         ("a", "web", "front"),
@@ -135,7 +136,8 @@ async fn label_selectors_filter_lists() {
 
 #[tokio::test]
 async fn paged_lists_are_consistent_and_expire_after_compaction() {
-    let (server, client) = start(SimConfig::default()).await;
+    // No controllers: the namespace holds only the ConfigMaps written here, not kube-root-ca.crt.
+    let (server, client) = start(SimConfig::default().controllers(false)).await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     for i in 0..25 {
         api.create(&PostParams::default(), &configmap(&format!("cm-{i:02}"), &[]))
@@ -318,7 +320,8 @@ async fn next_event(events: &mut Events) -> watcher::Event<ConfigMap> {
 
 #[tokio::test]
 async fn a_watcher_rewatches_after_a_drop_and_relists_after_410() {
-    let (server, client) = start(SimConfig::default()).await;
+    // No controllers: the namespace holds only the ConfigMaps written here, not kube-root-ca.crt.
+    let (server, client) = start(SimConfig::default().controllers(false)).await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     api.create(&PostParams::default(), &configmap("survivor", &[]))
         .await
@@ -357,7 +360,8 @@ async fn a_watcher_rewatches_after_a_drop_and_relists_after_410() {
 
 #[tokio::test]
 async fn streaming_lists_end_with_the_initial_events_bookmark() {
-    let (_server, client) = start(SimConfig::default()).await;
+    // No controllers: the namespace holds only the ConfigMaps written here, not kube-root-ca.crt.
+    let (_server, client) = start(SimConfig::default().controllers(false)).await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     for name in ["a", "b", "c"] {
         api.create(&PostParams::default(), &configmap(name, &[])).await.unwrap();
@@ -569,7 +573,8 @@ async fn a_forbidden_resource_answers_403_on_every_path_until_allowed() {
 
 #[tokio::test]
 async fn a_hung_watch_stays_open_and_silent_until_resumed() {
-    let (server, client) = start(SimConfig::default()).await;
+    // No controllers: the namespace holds only the ConfigMaps written here, not kube-root-ca.crt.
+    let (server, client) = start(SimConfig::default().controllers(false)).await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     let rv = server.store().resource_version().to_string();
     let mut stream = api
@@ -647,7 +652,8 @@ async fn a_cut_off_client_gets_no_answer_while_others_do() {
 
 #[tokio::test]
 async fn close_ends_open_watches_and_frees_the_store_before_it_returns() {
-    let (server, client) = start(SimConfig::default()).await;
+    // No controllers: the namespace holds only the ConfigMaps written here, not kube-root-ca.crt.
+    let (server, client) = start(SimConfig::default().controllers(false)).await;
     let api: Api<ConfigMap> = Api::default_namespaced(client);
     api.create(&PostParams::default(), &configmap("a", &[])).await.unwrap();
     let mut watch = api.watch(&WatchParams::default(), "0").await.unwrap().boxed();

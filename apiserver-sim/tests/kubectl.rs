@@ -59,7 +59,8 @@ fn run(kubectl: &str, kubeconfig: &Path, args: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_gets_applies_deletes_and_watches() {
     let Some(kubectl) = kubectl() else { return };
-    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    // No controllers: the namespace holds only the ConfigMaps written here, not kube-root-ca.crt.
+    let server = ApiServer::start(SimConfig::default().controllers(false)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();
@@ -74,13 +75,7 @@ async fn kubectl_gets_applies_deletes_and_watches() {
         )
         .unwrap();
         let (kc, config) = (kubectl.clone(), kubeconfig.clone());
-        tokio::task::spawn_blocking(move || {
-            run(
-                &kc,
-                &config,
-                &["apply", "--validate=false", "-f", manifest.to_str().unwrap()],
-            )
-        })
+        tokio::task::spawn_blocking(move || run(&kc, &config, &["apply", "-f", manifest.to_str().unwrap()]))
     };
     let applied = apply("fast").await.unwrap();
     assert!(applied.contains("configmap/settings created"), "{applied}");
@@ -202,12 +197,9 @@ async fn kubectl_applies_server_side_scales_and_waits_for_a_rollout() {
     };
     let args = |line: &str| line.split(' ').map(str::to_owned).collect::<Vec<_>>();
 
-    let applied = kubectl_run(args(&format!(
-        "apply --server-side --validate=false -f {}",
-        manifest.display()
-    )))
-    .await
-    .unwrap();
+    let applied = kubectl_run(args(&format!("apply --server-side -f {}", manifest.display())))
+        .await
+        .unwrap();
     assert!(applied.contains("deployment.apps/web serverside-applied"), "{applied}");
     let deployments = ResourceId::new("apps", "v1", "deployments");
     let stored = server.store().get(&deployments, Some("default"), "web").unwrap();
@@ -374,12 +366,7 @@ async fn kubectl_get_prints_the_api_servers_columns_and_apply_merges_containers_
             ),
         )
         .unwrap();
-        kubectl_run(vec![
-            "apply".into(),
-            "--validate=false".into(),
-            "-f".into(),
-            manifest.display().to_string(),
-        ])
+        kubectl_run(vec!["apply".into(), "-f".into(), manifest.display().to_string()])
     };
     apply(&["app", "proxy"]).await.unwrap();
     let deployments = ResourceId::new("apps", "v1", "deployments");

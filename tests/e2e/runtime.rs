@@ -348,7 +348,8 @@ async fn deltas_arriving_within_the_batch_window_share_one_call() {
         "delta-logger.wasm",
         Some("config = \"v1/ConfigMap\"\n[limits]\nbatch-window-ms = 0\n"),
     );
-    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    // No controllers: the ConfigMaps are the test's own, no namespace's kube-root-ca.crt.
+    let server = ApiServer::start(SimConfig::default().controllers(false)).await.unwrap();
     let client = kube::Client::try_from(server.client_config()).unwrap();
     let configmaps = ResourceId::new("", "v1", "configmaps");
     server

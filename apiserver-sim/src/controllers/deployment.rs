@@ -1,19 +1,33 @@
 //! The Deployment controller: a ReplicaSet per pod template, scaled to `spec.replicas`, and a status that follows.
 //!
-//! A changed template gets a new ReplicaSet and the old ones are scaled to zero
-//! at once (as the `Recreate` strategy does; a real `RollingUpdate` moves over
-//! gradually).
+//! A changed template gets a new ReplicaSet at the next revision
+//! (`deployment.kubernetes.io/revision`, on the Deployment and its ReplicaSets,
+//! as `kubectl rollout history` and `undo` read it) and the old ones are
+//! scaled to zero at once (as the `Recreate` strategy does; a real
+//! `RollingUpdate` moves over gradually). A template rolled back to makes its
+//! ReplicaSet the newest revision again; old ReplicaSets past
+//! `revisionHistoryLimit` are deleted. Each scaling is an Event
+//! (`ScalingReplicaSet`).
 
 use serde_json::{Map, Value, json};
 
+use super::events::{self, Occurrence};
 use super::replicaset::{self, Counts};
 use super::{PodChoices, is_deleting, omit_zero, owner_reference};
 use crate::resources::ids;
 use crate::status::Result;
-use crate::store::{PatchType, StoredObject, Transaction, now_rfc3339};
+use crate::store::{PatchType, Preconditions, StoredObject, Transaction, now_rfc3339};
 
 /// The label a ReplicaSet and its pods carry with their template's hash.
 const TEMPLATE_HASH: &str = "pod-template-hash";
+/// The annotation of a Deployment's revision, on it and on its ReplicaSets,
+/// which `kubectl rollout history` and `undo` read.
+const REVISION: &str = "deployment.kubernetes.io/revision";
+/// The annotation a ReplicaSet takes from its Deployment, which
+/// `kubectl rollout history` prints as the change cause.
+const CHANGE_CAUSE: &str = "kubernetes.io/change-cause";
+/// Who the Deployment controller's Events say reported them.
+const COMPONENT: &str = "deployment-controller";
 
 /// Brings the Deployment's ReplicaSets and their pods to its spec and writes its
 /// status.
@@ -39,16 +53,42 @@ pub(crate) fn sync(
     let spec = &deployment.value["spec"];
     let desired = spec["replicas"].as_i64().unwrap_or(1);
     let hash = template_hash(&spec["template"]);
+    let newest = owned.iter().map(|rs| revision(rs)).max().unwrap_or(0);
     let current = match owned.iter().find(|rs| rs.labels.get(TEMPLATE_HASH) == Some(&hash)) {
-        Some(current) => current.name.clone(),
+        Some(current) => {
+            // A template rolled back to: its ReplicaSet becomes the newest revision.
+            if revision(current) < newest {
+                let bumped = (newest + 1).to_string();
+                transaction.patch(
+                    &ids::replicasets(),
+                    Some(namespace),
+                    &current.name,
+                    PatchType::Merge,
+                    json!({"metadata": {"annotations": {REVISION: bumped}}}),
+                    false,
+                )?;
+            }
+            current.name.clone()
+        }
         None => {
-            let replicaset = new_replicaset(&deployment, &hash, desired);
+            let replicaset = new_replicaset(&deployment, &hash, desired, newest + 1);
             transaction
                 .create(&ids::replicasets(), Some(namespace), replicaset)?
                 .name
                 .clone()
         }
     };
+    let current_revision = revision(&*transaction.get(&ids::replicasets(), Some(namespace), &current)?).to_string();
+    if deployment.value["metadata"]["annotations"][REVISION].as_str() != Some(current_revision.as_str()) {
+        transaction.patch(
+            &ids::deployments(),
+            Some(namespace),
+            name,
+            PatchType::Merge,
+            json!({"metadata": {"annotations": {REVISION: current_revision}}}),
+            false,
+        )?;
+    }
     let mut names: Vec<String> = owned.iter().map(|rs| rs.name.clone()).collect();
     if !names.contains(&current) {
         names.push(current.clone());
@@ -59,15 +99,23 @@ pub(crate) fn sync(
     for replicaset_name in &names {
         let replicas = if *replicaset_name == current { desired } else { 0 };
         let replicaset = transaction.get(&ids::replicasets(), Some(namespace), replicaset_name)?;
-        if replicaset.value["spec"]["replicas"].as_i64() != Some(replicas) {
+        let before = replicaset.value["spec"]["replicas"].as_i64().unwrap_or(0);
+        if before != replicas {
             transaction.patch(
                 &ids::replicasets(),
                 Some(namespace),
                 replicaset_name,
                 PatchType::Merge,
-                json!({"spec": {"replicas": replicas}}),
+                json!({"spec": {"replicas": replicas},
+                       "metadata": {"annotations": {"deployment.kubernetes.io/desired-replicas": desired.to_string()}}}),
                 false,
             )?;
+            if choices.records_events() {
+                let direction = if replicas > before { "up" } else { "down" };
+                let message = format!("Scaled {direction} replica set {replicaset_name} to {replicas} from {before}");
+                let occurrence = Occurrence::normal(COMPONENT, "ScalingReplicaSet");
+                events::record(transaction, &deployment, occurrence, &message)?;
+            }
         }
         let Some(counts) = replicaset::sync(transaction, namespace, replicaset_name, choices)? else {
             continue;
@@ -79,6 +127,8 @@ pub(crate) fn sync(
             updated = counts;
         }
     }
+
+    clean_up_old_revisions(transaction, &deployment, &current)?;
 
     let status = status(&deployment, &current, desired, total, updated);
     if deployment.value.get("status") != Some(&status) {
@@ -93,8 +143,47 @@ pub(crate) fn sync(
     Ok(())
 }
 
-/// The ReplicaSet of the Deployment's current template.
-fn new_replicaset(deployment: &StoredObject, hash: &str, replicas: i64) -> Value {
+/// A ReplicaSet's revision: its `deployment.kubernetes.io/revision`, 0 when it has none.
+fn revision(replicaset: &StoredObject) -> u64 {
+    replicaset.value["metadata"]["annotations"][REVISION]
+        .as_str()
+        .and_then(|revision| revision.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Deletes the old ReplicaSets, scaled down and without pods, beyond the
+/// Deployment's `revisionHistoryLimit` (10 unless set), oldest revision first.
+fn clean_up_old_revisions(transaction: &mut Transaction<'_>, deployment: &StoredObject, current: &str) -> Result<()> {
+    let limit = deployment.value["spec"]["revisionHistoryLimit"].as_u64().unwrap_or(10);
+    let uid = deployment.value["metadata"]["uid"].as_str().unwrap_or_default();
+    let mut old: Vec<_> = transaction
+        .controlled_by(&ids::replicasets(), uid)?
+        .into_iter()
+        .filter(|rs| rs.name != current && !is_deleting(rs))
+        .collect();
+    let surplus = old.len().saturating_sub(usize::try_from(limit).unwrap_or(usize::MAX));
+    if surplus == 0 {
+        return Ok(());
+    }
+    old.sort_by_key(|rs| revision(rs));
+    for replicaset in old.into_iter().take(surplus) {
+        let idle = replicaset.value["spec"]["replicas"].as_i64().unwrap_or(0) == 0
+            && replicaset.value["status"]["replicas"].as_i64().unwrap_or(0) == 0;
+        if idle {
+            transaction.delete(
+                &ids::replicasets(),
+                replicaset.namespace.as_deref(),
+                &replicaset.name,
+                &Preconditions::default(),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The ReplicaSet of the Deployment's current template, at `revision`: its
+/// template and selector with the hash label, the Deployment's change cause.
+fn new_replicaset(deployment: &StoredObject, hash: &str, replicas: i64, revision: u64) -> Value {
     let spec = &deployment.value["spec"];
     let mut template = spec["template"].clone();
     let mut labels = template["metadata"]["labels"].as_object().cloned().unwrap_or_default();
@@ -104,11 +193,19 @@ fn new_replicaset(deployment: &StoredObject, hash: &str, replicas: i64) -> Value
     let mut match_labels = selector["matchLabels"].as_object().cloned().unwrap_or_else(Map::new);
     match_labels.insert(TEMPLATE_HASH.into(), json!(hash));
     selector["matchLabels"] = Value::Object(match_labels);
+    let mut annotations = json!({
+        "deployment.kubernetes.io/desired-replicas": replicas.to_string(),
+        "deployment.kubernetes.io/max-replicas": (replicas + (replicas + 3) / 4).to_string(),
+        REVISION: revision.to_string(),
+    });
+    if let Some(cause) = deployment.value["metadata"]["annotations"][CHANGE_CAUSE].as_str() {
+        annotations[CHANGE_CAUSE] = json!(cause);
+    }
     json!({
         "metadata": {
             "name": format!("{}-{hash}", deployment.name),
             "labels": labels,
-            "annotations": {"deployment.kubernetes.io/desired-replicas": replicas.to_string()},
+            "annotations": annotations,
             "ownerReferences": [owner_reference(deployment)],
         },
         "spec": {"replicas": replicas, "selector": selector, "template": template},

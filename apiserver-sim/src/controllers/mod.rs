@@ -33,7 +33,10 @@
 //! in `managedFields` as `kube-controller-manager`, the kubelet's as `kubelet`.
 
 pub(crate) mod deployment;
+pub(crate) mod disruption;
+pub(crate) mod events;
 pub(crate) mod kubelet;
+pub(crate) mod namespace;
 pub(crate) mod replicaset;
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
@@ -68,6 +71,12 @@ pub(crate) trait PodChoices {
     fn usage(&mut self, siblings: &[u32]) -> u32;
     /// The IP of a pod that starts.
     fn pod_ip(&mut self) -> String;
+    /// Whether the controllers record Events of what they do (scaling,
+    /// creating and deleting pods). The server's controllers do; a
+    /// workload's own steps do not, so that its object counts are its own.
+    fn records_events(&self) -> bool {
+        true
+    }
 }
 
 /// The server's choices for pods it makes on its own: nodes in turn, the mean
@@ -196,6 +205,15 @@ pub(crate) async fn run(
 ) {
     let mut controllers = Controllers::new(pod_start_delay);
     let mut stopping = shared.stopping.subscribe();
+    // The namespaces that were there before the feed was taken.
+    let existing = shared
+        .store
+        .snapshot(&ids::namespaces(), &crate::store::Filter::default())
+        .map(|(namespaces, _)| namespaces)
+        .unwrap_or_default();
+    for found in existing {
+        publish_namespace_objects(&shared.store, &found.name);
+    }
     loop {
         let mut batch = Vec::new();
         tokio::select! {
@@ -243,7 +261,15 @@ impl Controllers {
     /// the next change of the object retries.
     fn step(&mut self, store: &Store, changes: &[Arc<Event>], now: Instant) {
         let mut dirty = Dirty::default();
+        let mut budgets = BTreeSet::new();
         for change in changes {
+            let kind = change.object.value["kind"].as_str().unwrap_or_default();
+            if kind == "Namespace" && change.event_type == EventType::Added {
+                publish_namespace_objects(store, &change.object.name);
+            }
+            if (kind == "Pod" && pod_changed(change)) || kind == "PodDisruptionBudget" {
+                budgets.insert(change.object.namespace.clone().unwrap_or_default());
+            }
             note(store, change, &mut dirty);
             let pod = &change.object;
             if pod.value["kind"] == "Pod" && change.event_type != EventType::Deleted && kubelet::should_start(pod) {
@@ -271,6 +297,12 @@ impl Controllers {
                 }
             }
         }
+        for namespace in &budgets {
+            let mut transaction = store.transaction(WriteOptions::default().field_manager(CONTROLLER_MANAGER));
+            if let Err(error) = disruption::sync_namespace(&mut transaction, namespace) {
+                tracing::warn!(%error, namespace, "disruption budget status not written");
+            }
+        }
         for (namespace, name) in &dirty.deployments {
             if let Err(error) = sync_deployment(store, namespace, name, &mut self.choices) {
                 tracing::warn!(%error, deployment = %format!("{namespace}/{name}"), "deployment sync failed");
@@ -282,6 +314,14 @@ impl Controllers {
                 tracing::warn!(%error, replicaset = %format!("{namespace}/{name}"), "replicaset sync failed");
             }
         }
+    }
+}
+
+/// Runs [`namespace::publish`] in its own transaction; a failure is logged.
+pub(crate) fn publish_namespace_objects(store: &Store, name: &str) {
+    let mut transaction = store.transaction(WriteOptions::default().field_manager(CONTROLLER_MANAGER));
+    if let Err(error) = namespace::publish(&mut transaction, name) {
+        tracing::warn!(%error, namespace = name, "the namespace's ServiceAccount and CA ConfigMap were not created");
     }
 }
 

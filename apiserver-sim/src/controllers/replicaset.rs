@@ -4,10 +4,14 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use super::events::{self, Occurrence};
 use super::{PodChoices, is_deleting, is_ready, omit_zero, owner_reference};
 use crate::resources::ids;
 use crate::status::Result;
 use crate::store::{Preconditions, StoredObject, Transaction};
+
+/// Who the ReplicaSet controller's Events say reported them.
+const COMPONENT: &str = "replicaset-controller";
 
 /// What a synced ReplicaSet holds, for its Deployment's status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,6 +60,10 @@ pub(crate) fn sync(
         let usage = choices.usage(&siblings);
         let pod = transaction.create(&ids::pods(), Some(namespace), pod)?;
         transaction.metrics().set_pod_cpu(namespace, &pod.name, usage);
+        if choices.records_events() {
+            let created = Occurrence::normal(COMPONENT, "SuccessfulCreate");
+            events::record(transaction, &replicaset, created, &format!("Created pod: {}", pod.name))?;
+        }
         live.push(pod);
     }
     if missing < 0 {
@@ -65,6 +73,10 @@ pub(crate) fn sync(
         let surplus: Vec<_> = live.drain(..missing.unsigned_abs() as usize).collect();
         for pod in surplus {
             delete_pod(transaction, &pod)?;
+            if choices.records_events() {
+                let deleted = Occurrence::normal(COMPONENT, "SuccessfulDelete");
+                events::record(transaction, &replicaset, deleted, &format!("Deleted pod: {}", pod.name))?;
+            }
         }
     }
 
@@ -99,15 +111,6 @@ pub(crate) fn new_pod(replicaset: &StoredObject, node: &str) -> Value {
     let template = &replicaset.value["spec"]["template"];
     let mut spec = template["spec"].as_object().cloned().unwrap_or_default();
     spec.insert("nodeName".into(), json!(node));
-    for (field, default) in [
-        ("restartPolicy", json!("Always")),
-        ("terminationGracePeriodSeconds", json!(30)),
-        ("dnsPolicy", json!("ClusterFirst")),
-        ("serviceAccountName", json!("default")),
-        ("schedulerName", json!("default-scheduler")),
-    ] {
-        spec.entry(field).or_insert(default);
-    }
     let mut pod = json!({
         "metadata": {
             "generateName": format!("{}-", replicaset.name),

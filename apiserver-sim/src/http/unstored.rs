@@ -6,6 +6,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::{Request, json_response};
+use crate::controllers::{self, disruption};
 use crate::status::{ApiError, Result};
 use crate::store::Preconditions;
 use crate::{access_review, component_status, kubelet_api, resources, token};
@@ -16,13 +17,20 @@ impl Request<'_> {
     pub(super) fn unstored_resource(
         &self,
         def: &resources::ResourceDef,
+        namespace: Option<&str>,
         name: Option<&str>,
     ) -> Option<Result<Response>> {
         match (def.group.as_str(), def.plural.as_str()) {
             ("", "componentstatuses") => Some(self.component_statuses(name)),
-            ("authorization.k8s.io", "selfsubjectaccessreviews") => Some(self.review(name, |body| {
-                access_review::self_subject_access_review(&self.shared.faults, body)
+            (
+                "authorization.k8s.io",
+                "selfsubjectaccessreviews" | "subjectaccessreviews" | "localsubjectaccessreviews",
+            ) => Some(self.review(name, |body| {
+                access_review::access_review(&self.shared.faults, &def.kind, namespace, body)
             })),
+            ("authorization.k8s.io", "selfsubjectrulesreviews") => {
+                Some(self.review(name, access_review::self_subject_rules_review))
+            }
             ("authentication.k8s.io", "selfsubjectreviews") => {
                 Some(self.review(name, access_review::self_subject_review))
             }
@@ -108,8 +116,9 @@ impl Request<'_> {
     }
 
     /// `pods/eviction`: the pod is deleted as its Eviction's delete options
-    /// say, and the answer is a `Status` of success, `201`. No
-    /// PodDisruptionBudget is served, so none refuses an eviction.
+    /// say, and the answer is a `Status` of success, `201`, unless a
+    /// PodDisruptionBudget that covers the Ready pod allows no disruption
+    /// (`429`, as kube-apiserver answers; `kubectl drain` retries).
     fn evict(&self, namespace: &str, name: &str) -> Result<Response> {
         let eviction = self.json_body()?;
         if !matches!(eviction["kind"].as_str(), None | Some("Eviction")) {
@@ -129,12 +138,21 @@ impl Request<'_> {
             resource_version: options["preconditions"]["resourceVersion"].as_str().map(str::to_owned),
         };
         let write_options = self.write_options("DeleteOptions", Some(options))?;
-        self.shared.store.transaction(write_options).delete(
-            &resources::ids::pods(),
-            Some(namespace),
-            name,
-            &preconditions,
-        )?;
+        let mut transaction = self.shared.store.transaction(write_options);
+        let pod = transaction.get(&resources::ids::pods(), Some(namespace), name)?;
+        if controllers::is_ready(&pod) {
+            for budget in disruption::budgets_of(&transaction, &pod)? {
+                let status = disruption::status(&transaction, &budget)?;
+                if status["disruptionsAllowed"].as_i64().unwrap_or(0) < 1 {
+                    return Err(ApiError::disruption_budget(
+                        &budget.name,
+                        status["desiredHealthy"].as_i64().unwrap_or(0),
+                        status["currentHealthy"].as_i64().unwrap_or(0),
+                    ));
+                }
+            }
+        }
+        transaction.delete(&resources::ids::pods(), Some(namespace), name, &preconditions)?;
         let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
         Ok(json_response(StatusCode::CREATED, &status))
     }

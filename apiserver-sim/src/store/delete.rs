@@ -79,6 +79,9 @@ impl Transaction<'_> {
                 "Precondition failed: ResourceVersion mismatch",
             ));
         }
+        if def.group.is_empty() && def.kind == "Namespace" {
+            return Ok(self.terminate_namespace(id, name, existing));
+        }
         let mut last = existing.value.clone();
         let has_finalizers = metadata["finalizers"].as_array().is_some_and(|f| !f.is_empty());
         if has_finalizers {
@@ -89,32 +92,58 @@ impl Transaction<'_> {
             last["metadata"]["deletionGracePeriodSeconds"] = json!(0);
             return Ok(self.commit(id, EventType::Modified, last, Some(existing)));
         }
-        if def.kind == "Namespace" && !self.options.dry_run {
-            // Namespace deletion takes its contents with it.
-            let contained: Vec<(ResourceId, Arc<StoredObject>)> = self
-                .state
-                .collections
-                .iter()
-                .filter(|(_, c)| c.def.namespaced)
-                .flat_map(|(id, c)| {
-                    c.objects
-                        .values()
-                        .filter(|o| o.namespace.as_deref() == Some(name))
-                        .map(|o| (id.clone(), Arc::clone(o)))
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            for (id, object) in contained {
-                let mut forced = object.value.clone();
-                forced["metadata"]["finalizers"] = json!([]);
-                forced["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
-                self.commit(&id, EventType::Deleted, forced, Some(object));
-            }
-        }
         if def.kind == "CustomResourceDefinition" && !self.options.dry_run {
             crd::unregister(&mut self.state, &existing.value);
         }
         Ok(self.commit(id, EventType::Deleted, last, Some(existing)))
+    }
+
+    /// A namespace's deletion, as kube-apiserver and the namespace controller
+    /// make it: the namespace is marked `Terminating` (the answer), its
+    /// contents are deleted, the `kubernetes` finalizer is taken off its
+    /// spec, and it goes once no finalizer in its metadata keeps it. A
+    /// watch sees each step.
+    fn terminate_namespace(&mut self, id: &ResourceId, name: &str, existing: Arc<StoredObject>) -> Arc<StoredObject> {
+        if existing.value["metadata"].get("deletionTimestamp").is_some() {
+            return existing;
+        }
+        let mut terminating = existing.value.clone();
+        terminating["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+        terminating["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        terminating["status"]["phase"] = json!("Terminating");
+        let answer = self.commit(id, EventType::Modified, terminating, Some(existing));
+        if self.options.dry_run {
+            return answer;
+        }
+        let contained: Vec<(ResourceId, Arc<StoredObject>)> = self
+            .state
+            .collections
+            .iter()
+            .filter(|(_, c)| c.def.namespaced)
+            .flat_map(|(id, c)| {
+                c.objects
+                    .values()
+                    .filter(|o| o.namespace.as_deref() == Some(name))
+                    .map(|o| (id.clone(), Arc::clone(o)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for (id, object) in contained {
+            let mut forced = object.value.clone();
+            forced["metadata"]["finalizers"] = json!([]);
+            forced["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            self.commit(&id, EventType::Deleted, forced, Some(object));
+        }
+        let mut finalized = answer.value.clone();
+        if let Some(spec) = finalized["spec"].as_object_mut() {
+            spec.remove("finalizers");
+        }
+        let kept = answer.value["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|finalizers| !finalizers.is_empty());
+        let event_type = if kept { EventType::Modified } else { EventType::Deleted };
+        self.commit(id, event_type, finalized, Some(Arc::clone(&answer)));
+        answer
     }
 
     /// Deletes every object `filter` selects; see [`Store::delete_collection`].

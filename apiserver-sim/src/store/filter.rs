@@ -120,7 +120,7 @@ fn selectable(kind: &str) -> &'static [&'static str] {
 /// The string form of a `LabelSelector` object (`matchLabels`, `matchExpressions`),
 /// as the API server writes it: requirements sorted by key, values sorted.
 #[must_use]
-pub(super) fn label_selector_string(selector: &Value) -> String {
+pub(crate) fn label_selector_string(selector: &Value) -> String {
     let mut requirements: Vec<(String, String)> = Vec::new();
     if let Some(labels) = selector["matchLabels"].as_object() {
         for (key, value) in labels {

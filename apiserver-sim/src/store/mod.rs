@@ -19,12 +19,14 @@
 
 mod continue_token;
 mod crd;
+mod defaulting;
 mod delete;
 mod field_path;
 mod filter;
 mod list;
 mod managed_fields;
 mod meta;
+mod rules;
 mod scale;
 mod schema;
 mod strategic;
@@ -39,8 +41,10 @@ use tokio::sync::{mpsc, watch};
 
 pub use delete::Preconditions;
 pub use filter::Filter;
+pub(crate) use filter::label_selector_string;
 pub use list::{ListOptions, ListPage};
 pub use meta::{now_rfc3339, rfc3339_in};
+pub(crate) use strategic::patch_strategy;
 pub use write::{Part, PatchType, WriteOptions};
 
 use crate::metrics::Metrics;
@@ -539,6 +543,30 @@ impl Transaction<'_> {
         drop(feeds);
         self.store.changed.send_replace(rv);
         object
+    }
+}
+
+/// Drops the metadata maps and lists a write emptied (`labels: {}`,
+/// `finalizers: []`, …): kube-apiserver's Go types leave an empty one out.
+pub(super) fn drop_empty_metadata(object: &mut Value) {
+    if let Some(metadata) = object["metadata"].as_object_mut() {
+        for field in [
+            "labels",
+            "annotations",
+            "finalizers",
+            "ownerReferences",
+            "managedFields",
+        ] {
+            let empty = match metadata.get(field) {
+                Some(Value::Object(map)) => map.is_empty(),
+                Some(Value::Array(list)) => list.is_empty(),
+                Some(Value::Null) => true,
+                _ => false,
+            };
+            if empty {
+                metadata.remove(field);
+            }
+        }
     }
 }
 

@@ -2,20 +2,27 @@
 //!
 //! As kube-apiserver does on every write of a custom resource: fields the
 //! schema does not declare are dropped (unless it preserves unknown fields),
-//! missing fields with a `default` get it, then the types, `required`
-//! fields, `enum`s and numeric bounds are checked. Formats, patterns,
-//! lengths, item counts and CEL rules are not checked here.
+//! missing fields with a `default` get it, then the value is checked: types,
+//! `required` fields, `enum`s, numeric bounds and `multipleOf`, string
+//! lengths, `pattern`s (Go's RE2 syntax, which the `regex` crate shares) and
+//! `format`s, item counts, `uniqueItems` and the uniqueness of
+//! `x-kubernetes-list-type` `set` and `map` lists, property counts,
+//! `allOf`/`anyOf`/`oneOf`/`not`, and the CEL rules of
+//! `x-kubernetes-validations` (in `rules`), with kube-apiserver's messages.
 
 use serde_json::{Map, Value};
 
 use crate::status::FieldError;
 
+mod formats;
+
 /// Fields every object keeps at its root whatever its schema declares.
 const ROOT_FIELDS: [&str; 3] = ["apiVersion", "kind", "metadata"];
 
 /// Prunes, defaults and validates `object` against `schema`: the paths of
-/// the fields pruned, and what is invalid.
-pub(super) fn admit(schema: &Value, object: &mut Value) -> (Vec<String>, Vec<FieldError>) {
+/// the fields pruned, and what is invalid. `old` is the stored object on an
+/// update, for the rules that compare with it.
+pub(super) fn admit(schema: &Value, object: &mut Value, old: Option<&Value>) -> (Vec<String>, Vec<FieldError>) {
     let mut pruned = Vec::new();
     prune(schema, object, "", true, &mut pruned);
     default(schema, object);
@@ -24,10 +31,12 @@ pub(super) fn admit(schema: &Value, object: &mut Value) -> (Vec<String>, Vec<Fie
         // The root's type meta and metadata are the API server's to check.
         for (name, value) in fields.iter().filter(|(name, _)| !ROOT_FIELDS.contains(&name.as_str())) {
             if let Some(property) = schema["properties"].get(name) {
-                validate(property, value, name, &mut errors);
+                let old = old.and_then(|old| old.get(name));
+                validate(property, value, old, name, &mut errors);
             }
         }
         required(schema, fields, "", &mut errors);
+        super::rules::check(schema, object, old, "<nil>", &mut errors);
     }
     (pruned, errors)
 }
@@ -109,8 +118,9 @@ fn default(schema: &Value, value: &mut Value) {
     }
 }
 
-/// The JSON type of a value, as the schema names types.
-fn type_of(value: &Value) -> &'static str {
+/// The JSON type of a value, as the schema names types (and kube-apiserver
+/// a failed rule's value).
+pub(super) fn type_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
@@ -130,7 +140,7 @@ fn printed(value: &Value) -> String {
     }
 }
 
-fn validate(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+fn validate(schema: &Value, value: &Value, old: Option<&Value>, path: &str, errors: &mut Vec<FieldError>) {
     let actual = type_of(value);
     if value.is_null() && schema["nullable"] == true {
         return;
@@ -148,6 +158,7 @@ fn validate(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldErr
             return;
         }
     }
+    let before = errors.len();
     if let Some(allowed) = schema["enum"].as_array()
         && !allowed.contains(value)
     {
@@ -157,29 +168,199 @@ fn validate(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldErr
     if let Some(number) = value.as_f64() {
         bounds(schema, value, number, path, errors);
     }
+    let invalid = |detail: String| FieldError::invalid(path, &printed(value), &format!("{path} in body {detail}"));
     match value {
+        Value::String(text) => {
+            let length = text.chars().count() as u64;
+            if let Some(max) = schema["maxLength"].as_u64()
+                && length > max
+            {
+                errors.push(FieldError::too_long(path, max));
+            }
+            if let Some(min) = schema["minLength"].as_u64()
+                && length < min
+            {
+                errors.push(invalid(format!("should be at least {min} chars long")));
+            }
+            if let Some(pattern) = schema["pattern"].as_str() {
+                match regex::Regex::new(pattern) {
+                    Ok(regex) if regex.is_match(text) => {}
+                    _ => errors.push(invalid(format!("should match '{pattern}'"))),
+                }
+            }
+            if let Some(format) = schema["format"].as_str()
+                && !formats::valid(format, text)
+            {
+                errors.push(invalid(format!("must be of type {format}: {}", printed(value))));
+            }
+        }
         Value::Object(fields) => {
+            if let Some(max) = schema["maxProperties"].as_u64()
+                && fields.len() as u64 > max
+            {
+                errors.push(FieldError::too_many(path, fields.len(), max));
+            }
+            if let Some(min) = schema["minProperties"].as_u64()
+                && (fields.len() as u64) < min
+            {
+                errors.push(invalid(format!("should have at least {min} properties")));
+            }
             for (name, field) in fields {
                 let property = schema["properties"].get(name).or_else(|| {
                     let additional = &schema["additionalProperties"];
                     additional.is_object().then_some(additional)
                 });
                 if let Some(property) = property {
-                    validate(property, field, &child(path, name), errors);
+                    let old = old.and_then(|old| old.get(name));
+                    validate(property, field, old, &child(path, name), errors);
                 }
             }
             required(schema, fields, path, errors);
         }
-        Value::Array(items) if schema["items"].is_object() => {
-            for (index, item) in items.iter().enumerate() {
-                validate(&schema["items"], item, &format!("{path}[{index}]"), errors);
+        Value::Array(items) => {
+            array(schema, items, path, errors);
+            if schema["items"].is_object() {
+                for (index, item) in items.iter().enumerate() {
+                    let old = old.and_then(|old| correlated(schema, old, item));
+                    validate(&schema["items"], item, old, &format!("{path}[{index}]"), errors);
+                }
             }
         }
         _ => {}
     }
+    combinations(schema, value, path, errors);
+    // As kube-apiserver does, the rules run on values the schema accepts.
+    if errors.len() == before {
+        super::rules::check(schema, value, old, path, errors);
+    }
+}
+
+/// The old element an array's element is compared with by transition rules:
+/// the element of a `map` list with the same keys, of a `set` list the same
+/// value; none in an atomic list.
+fn correlated<'a>(schema: &Value, old: &'a Value, item: &Value) -> Option<&'a Value> {
+    let old = old.as_array()?;
+    match schema["x-kubernetes-list-type"].as_str() {
+        Some("map") => {
+            let keys: Vec<&str> = schema["x-kubernetes-list-map-keys"]
+                .as_array()?
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            old.iter()
+                .find(|candidate| keys.iter().all(|key| candidate[*key] == item[*key]))
+        }
+        Some("set") => old.iter().find(|candidate| *candidate == item),
+        _ => None,
+    }
+}
+
+/// An array's item counts and the uniqueness of its items.
+fn array(schema: &Value, items: &[Value], path: &str, errors: &mut Vec<FieldError>) {
+    let printed_items = || Value::Array(items.to_vec()).to_string();
+    if let Some(max) = schema["maxItems"].as_u64()
+        && items.len() as u64 > max
+    {
+        errors.push(FieldError::too_many(path, items.len(), max));
+    }
+    if let Some(min) = schema["minItems"].as_u64()
+        && (items.len() as u64) < min
+    {
+        errors.push(FieldError::invalid(
+            path,
+            &printed_items(),
+            &format!("{path} in body should have at least {min} items"),
+        ));
+    }
+    let duplicate_of = |index: usize, same: &dyn Fn(&Value, &Value) -> bool| {
+        items[..index].iter().any(|earlier| same(earlier, &items[index]))
+    };
+    match schema["x-kubernetes-list-type"].as_str() {
+        Some("set") => {
+            for (index, item) in items.iter().enumerate() {
+                if duplicate_of(index, &|a, b| a == b) {
+                    errors.push(FieldError::duplicate(&format!("{path}[{index}]"), &printed(item)));
+                }
+            }
+        }
+        Some("map") => {
+            let keys: Vec<String> = schema["x-kubernetes-list-map-keys"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|key| Some(key.as_str()?.to_owned()))
+                .collect();
+            for (index, item) in items.iter().enumerate() {
+                if duplicate_of(index, &|a, b| keys.iter().all(|key| a[key] == b[key])) {
+                    let identity: serde_json::Map<String, Value> =
+                        keys.iter().map(|key| (key.clone(), item[key].clone())).collect();
+                    errors.push(FieldError::duplicate(
+                        &format!("{path}[{index}]"),
+                        &Value::Object(identity).to_string(),
+                    ));
+                }
+            }
+        }
+        _ => {}
+    }
+    if schema["uniqueItems"] == true && (0..items.len()).any(|index| duplicate_of(index, &|a, b| a == b)) {
+        errors.push(FieldError::invalid(
+            path,
+            &printed_items(),
+            &format!("{path} in body shouldn't contain duplicates"),
+        ));
+    }
+}
+
+/// `allOf`, `anyOf`, `oneOf` and `not`, the validation-only parts of a
+/// structural schema.
+fn combinations(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    let passes = |sub: &Value| {
+        let mut found = Vec::new();
+        validate(sub, value, None, path, &mut found);
+        found.is_empty()
+    };
+    for sub in schema["allOf"].as_array().into_iter().flatten() {
+        validate(sub, value, None, path, errors);
+    }
+    if let Some(any) = schema["anyOf"].as_array()
+        && !any.iter().any(passes)
+    {
+        errors.push(FieldError::invalid(
+            path,
+            &printed(value),
+            &format!("{path} in body must validate at least one schema (anyOf)"),
+        ));
+    }
+    if let Some(one) = schema["oneOf"].as_array() {
+        let passing = one.iter().filter(|sub| passes(sub)).count();
+        if passing != 1 {
+            errors.push(FieldError::invalid(
+                path,
+                &printed(value),
+                &format!("{path} in body must validate one and only one schema (oneOf)"),
+            ));
+        }
+    }
+    if schema["not"].is_object() && passes(&schema["not"]) {
+        errors.push(FieldError::invalid(
+            path,
+            &printed(value),
+            &format!("{path} in body should not validate the schema (not)"),
+        ));
+    }
 }
 
 fn bounds(schema: &Value, value: &Value, number: f64, path: &str, errors: &mut Vec<FieldError>) {
+    if let Some(factor) = schema["multipleOf"].as_f64().filter(|factor| *factor > 0.0)
+        && ((number / factor).round() * factor - number).abs() > f64::EPSILON * number.abs().max(1.0)
+    {
+        errors.push(FieldError::invalid(
+            path,
+            &printed(value),
+            &format!("{path} in body should be a multiple of {}", schema["multipleOf"]),
+        ));
+    }
     let checks = [
         ("minimum", "exclusiveMinimum", "greater than"),
         ("maximum", "exclusiveMaximum", "less than"),
@@ -254,7 +435,7 @@ mod tests {
                                 "spec": {"size": 3, "unknown": 1, "port": "http", "extra": {"kept": true},
                                          "labels": {"a": "b"}},
                                 "junk": true});
-        let (pruned, errors) = admit(&schema(), &mut object);
+        let (pruned, errors) = admit(&schema(), &mut object, None);
         assert_eq!(pruned, ["junk", "spec.unknown"]);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(object["spec"]["color"], "red");
@@ -265,7 +446,7 @@ mod tests {
     #[test]
     fn invalid_fields_are_reported_as_kube_apiserver_words_them() {
         let mut object = json!({"spec": {"size": "big", "color": "pink", "labels": {"a": 1}}});
-        let (_, errors) = admit(&schema(), &mut object);
+        let (_, errors) = admit(&schema(), &mut object, None);
         let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert_eq!(
             errors,
@@ -276,13 +457,13 @@ mod tests {
             ]
         );
         let mut missing = json!({"spec": {"size": 11}});
-        let (_, errors) = admit(&schema(), &mut missing);
+        let (_, errors) = admit(&schema(), &mut missing, None);
         assert_eq!(
             errors[0].to_string(),
             "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"
         );
         let mut empty = json!({"spec": {}});
-        let (_, errors) = admit(&schema(), &mut empty);
+        let (_, errors) = admit(&schema(), &mut empty, None);
         assert_eq!(errors[0].to_string(), "spec.size: Required value");
     }
 }

@@ -50,6 +50,7 @@ const LISTS: &[(&[&str], ListMerge)] = &[
     (&["spec", "topologySpreadConstraints"], ListMerge::ByKey("topologyKey")),
     (&["spec", "taints"], ListMerge::ByKey("key")),
     (&["spec", "ports"], ListMerge::ByKey("port")),
+    (&["webhooks"], ListMerge::ByKey("name")),
     (&["status", "conditions"], ListMerge::ByKey("type")),
     (&["status", "addresses"], ListMerge::ByKey("type")),
     (&["status", "podIPs"], ListMerge::ByKey("ip")),
@@ -212,6 +213,16 @@ fn merge_list(mut original: Vec<Value>, items: &[Value], path: &mut Vec<String>)
 }
 
 /// How the list at `path` merges; `None` when the patch replaces it.
+/// How the list at `path` merges, as an OpenAPI schema says it:
+/// `x-kubernetes-patch-strategy` (`merge`) and, for a list of objects,
+/// `x-kubernetes-patch-merge-key`. `None` for a list that is replaced.
+pub(crate) fn patch_strategy(path: &[String]) -> Option<(&'static str, Option<&'static str>)> {
+    match list_merge(path)? {
+        ListMerge::ByKey(key) => Some(("merge", Some(key))),
+        ListMerge::Set => Some(("merge", None)),
+    }
+}
+
 fn list_merge(path: &[String]) -> Option<ListMerge> {
     LISTS
         .iter()

@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use super::meta::{check_name, new_uid, now_rfc3339, random_suffix};
 use super::{
-    EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, existing, field_path, lookup,
-    managed_fields, object_key, schema,
+    EventType, ResourceId, State, Store, StoredObject, Transaction, collection, crd, defaulting, existing, field_path,
+    lookup, managed_fields, object_key, schema,
 };
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
@@ -62,8 +62,9 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `force`: an apply takes the fields it conflicts on from their managers.
     pub force: bool,
-    /// `fieldValidation=Strict`: a field that a custom resource's schema
-    /// does not declare is a 400 instead of being dropped.
+    /// `fieldValidation=Strict` (what kubectl sends): a field that the
+    /// object's type or custom resource schema does not declare is a 400
+    /// instead of being dropped.
     pub strict: bool,
 }
 
@@ -222,7 +223,7 @@ impl Transaction<'_> {
     ) -> Result<Arc<StoredObject>> {
         let def = Arc::clone(&collection(&self.state, id)?.def);
         check_type(&def, &body)?;
-        apply_defaults(&def, &mut body);
+        defaulting::apply(&def, &mut body, None, &allocated(&self.state, &def));
         let metadata = metadata_mut(&mut body, &def)?;
         let namespace = resolve_namespace(&self.state, &def, namespace, metadata)?;
         let name = match metadata.get("name").and_then(Value::as_str) {
@@ -271,6 +272,7 @@ impl Transaction<'_> {
         }
         metadata.remove("deletionTimestamp");
         metadata.remove("deletionGracePeriodSeconds");
+        defaulting::prepare_for_create(&def, &mut body);
         if def.status_subresource {
             // As the API server does: status is written through the subresource only.
             body.as_object_mut().expect("checked to be an object").remove("status");
@@ -280,6 +282,10 @@ impl Transaction<'_> {
             // `Active`, the phase `kubectl get namespaces` prints.
             body["status"] = json!({"phase": "Active"});
         }
+        if def.group.is_empty() && def.kind == "Service" {
+            // Go writes a Service's empty load balancer status.
+            body["status"] = json!({"loadBalancer": {}});
+        }
         if def.group.is_empty() && def.kind == "Pod" {
             // The pod strategy: `Pending`, with the pod's QoS class.
             body["status"] = json!({"phase": "Pending", "qosClass": qos_class(&body["spec"])});
@@ -287,7 +293,8 @@ impl Transaction<'_> {
         if def.kind == "CustomResourceDefinition" {
             crd::establish(&mut body);
         }
-        self.admit(&def, &name, &mut body)?;
+        super::drop_empty_metadata(&mut body);
+        self.admit(&def, &name, &mut body, None)?;
         match ownership {
             Ownership::Record => {
                 if let Some(manager) = self.options.field_manager.clone() {
@@ -431,8 +438,10 @@ impl Transaction<'_> {
             return Err(ApiError::no_route(&format!("{}/{subresource}", def.plural)));
         }
         check_type(&def, &body)?;
-        if part.fields().is_empty() {
-            apply_defaults(&def, &mut body);
+        // The whole object is defaulted, as kube-apiserver decodes it, but
+        // for a status write (its new status is all that is kept).
+        if matches!(part, Part::Main | Part::Scale | Part::EphemeralContainers) {
+            defaulting::apply(&def, &mut body, Some(&existing.value), &allocated(&self.state, &def));
         }
         let metadata = metadata_mut(&mut body, &def)?;
         if metadata.get("name").and_then(Value::as_str).is_some_and(|n| n != name) {
@@ -523,7 +532,8 @@ impl Transaction<'_> {
                 }
             }
         }
-        self.admit(&def, name, &mut next)?;
+        super::drop_empty_metadata(&mut next);
+        self.admit(&def, name, &mut next, Some(&existing.value))?;
         if next == existing.value {
             // Nothing changed: no new resourceVersion, no event.
             return Ok(existing);
@@ -548,29 +558,42 @@ impl Transaction<'_> {
 
 impl Transaction<'_> {
     /// Prunes, defaults and checks an object of a resource with a schema, as
-    /// kube-apiserver does a custom resource's.
+    /// kube-apiserver does a custom resource's; prunes a built-in object to
+    /// its type's fields, as kube-apiserver's decoding does.
     ///
     /// # Errors
     ///
-    /// 400 for a field the schema does not declare under strict field
-    /// validation, 422 for invalid fields.
-    fn admit(&self, def: &ResourceDef, name: &str, object: &mut Value) -> Result<()> {
+    /// 400 for a field the schema or type does not declare under strict
+    /// field validation, 422 for invalid fields.
+    fn admit(&self, def: &ResourceDef, name: &str, object: &mut Value, old: Option<&Value>) -> Result<()> {
         let Some(schema) = &def.schema else {
-            return Ok(());
+            if def.custom {
+                return Ok(());
+            }
+            let pruned = crate::schemas::prune(&def.group, &def.version, &def.kind, object);
+            return self.refuse_unknown(&pruned);
         };
-        let (pruned, errors) = schema::admit(schema, object);
-        if self.options.strict && !pruned.is_empty() {
-            let unknown: Vec<String> = pruned.iter().map(|path| format!("unknown field {path:?}")).collect();
-            return Err(ApiError::bad_request(format!(
-                "strict decoding error: {}",
-                unknown.join(", ")
-            )));
-        }
+        let (pruned, errors) = schema::admit(schema, object, old);
+        self.refuse_unknown(&pruned)?;
         if errors.is_empty() {
             Ok(())
         } else {
             Err(ApiError::invalid_fields(&def.group, &def.kind, name, errors))
         }
+    }
+}
+
+impl Transaction<'_> {
+    /// Under strict field validation, the fields pruned are a 400.
+    fn refuse_unknown(&self, pruned: &[String]) -> Result<()> {
+        if !self.options.strict || pruned.is_empty() {
+            return Ok(());
+        }
+        let unknown: Vec<String> = pruned.iter().map(|path| format!("unknown field {path:?}")).collect();
+        Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            unknown.join(", ")
+        )))
     }
 }
 
@@ -603,58 +626,6 @@ pub(super) fn patch_value(
     Ok(patched)
 }
 
-/// Fills in the defaults a real server fills in that the emulation's
-/// controllers and the `scale` subresource rely on: `spec.replicas` of the
-/// `apps` workloads is 1 unless set. A Secret's `stringData` is folded into
-/// its `data` (each value base64-encoded, over a key `data` has too) and
-/// not stored, and its `type` is `Opaque` unless set, as kube-apiserver does.
-/// A Namespace has the `kubernetes` finalizer in its spec.
-fn apply_defaults(def: &ResourceDef, body: &mut Value) {
-    if def.group.is_empty()
-        && def.kind == "Secret"
-        && let Some(object) = body.as_object_mut()
-        && object.get("type").and_then(Value::as_str).is_none_or(str::is_empty)
-    {
-        object.insert("type".into(), json!("Opaque"));
-    }
-    if def.group.is_empty()
-        && def.kind == "Secret"
-        && let Some(object) = body.as_object_mut()
-        && let Some(Value::Object(strings)) = object.remove("stringData")
-    {
-        use base64::Engine as _;
-        let data = object.entry("data").or_insert_with(|| json!({}));
-        if data.is_null() {
-            *data = json!({});
-        }
-        if let Some(data) = data.as_object_mut() {
-            for (key, value) in strings {
-                let text = value.as_str().unwrap_or_default();
-                data.insert(key, json!(base64::engine::general_purpose::STANDARD.encode(text)));
-            }
-        }
-    }
-    if def.group.is_empty()
-        && def.kind == "Namespace"
-        && let Some(object) = body.as_object_mut()
-    {
-        // kube-apiserver's namespace strategy: the `kubernetes` finalizer.
-        let spec = object.entry("spec").or_insert_with(|| json!({}));
-        if let Some(spec) = spec.as_object_mut() {
-            spec.entry("finalizers").or_insert_with(|| json!(["kubernetes"]));
-        }
-    }
-    let replicated = def.group == "apps" && matches!(def.kind.as_str(), "Deployment" | "ReplicaSet" | "StatefulSet");
-    if replicated && let Some(object) = body.as_object_mut() {
-        let spec = object.entry("spec").or_insert_with(|| json!({}));
-        if let Some(spec) = spec.as_object_mut()
-            && spec.get("replicas").is_none_or(Value::is_null)
-        {
-            spec.insert("replicas".into(), json!(1));
-        }
-    }
-}
-
 /// A pod's quality of service class, as the kubelet and the API server work
 /// it out from its containers' resources: `Guaranteed` when every container
 /// limits CPU and memory and requests what it limits (or nothing), `BestEffort`
@@ -683,6 +654,29 @@ fn qos_class(spec: &Value) -> &'static str {
             .all(|name| limits[*name].is_string() && (requests[*name].is_null() || requests[*name] == limits[*name]))
     });
     if guaranteed { "Guaranteed" } else { "Burstable" }
+}
+
+/// What the Services hold, for a Service's allocation; nothing for other kinds.
+fn allocated(state: &State, def: &ResourceDef) -> defaulting::Allocated {
+    let mut allocated = defaulting::Allocated::default();
+    if !(def.group.is_empty() && def.kind == "Service") {
+        return allocated;
+    }
+    let Ok(services) = collection(state, &ResourceId::new("", "v1", "services")) else {
+        return allocated;
+    };
+    for service in services.objects.values() {
+        let spec = &service.value["spec"];
+        if let Some(ip) = spec["clusterIP"].as_str().and_then(|ip| ip.parse().ok()) {
+            allocated.cluster_ips.insert(ip);
+        }
+        for port in spec["ports"].as_array().into_iter().flatten() {
+            if let Some(node_port) = port["nodePort"].as_u64() {
+                allocated.node_ports.insert(node_port);
+            }
+        }
+    }
+    allocated
 }
 
 fn set_managed_fields(object: &mut Value, fields: Option<Value>) {
@@ -767,8 +761,17 @@ fn resolve_namespace(
         (None, None) => return Err(ApiError::bad_request("a namespaced object needs a namespace")),
     };
     let namespaces = ResourceId::new("", "v1", "namespaces");
-    if !collection(state, &namespaces)?.objects.contains_key(namespace) {
+    let Some(found) = collection(state, &namespaces)?.objects.get(namespace) else {
         return Err(ApiError::not_found("", "namespaces", namespace));
+    };
+    if found.value["metadata"].get("deletionTimestamp").is_some() {
+        let name = metadata.get("name").and_then(Value::as_str).unwrap_or_default();
+        return Err(ApiError::namespace_terminating(
+            &def.group,
+            &def.plural,
+            name,
+            namespace,
+        ));
     }
     Ok(Some(namespace.to_owned()))
 }

@@ -61,6 +61,7 @@ pub use load::Load;
 use load::{CPU_REQUEST, Wave};
 
 use crate::Shared;
+use crate::controllers::events::Occurrence;
 use crate::controllers::{self, PodChoices};
 use crate::resources::ids;
 use crate::status::Result;
@@ -183,6 +184,8 @@ impl Workload {
         for n in 0..self.namespaces {
             let namespace = format!("ns-{n}");
             store.create(&ids::namespaces(), None, json!({"metadata": {"name": namespace}}))?;
+            // As the controllers would right after: its ServiceAccount and CA bundle.
+            controllers::publish_namespace_objects(store, &namespace);
             for c in 0..self.configmaps_per_namespace {
                 store.create(
                     &ids::configmaps(),
@@ -198,8 +201,10 @@ impl Workload {
     }
 }
 
-/// Registers a Ready node, as its kubelet does: labels, capacity (which
-/// `kubectl top nodes` divides by) and the kubelet's version.
+/// Registers a Ready node, as its kubelet does: labels, addresses, capacity
+/// (which `kubectl top nodes` divides by), the kubelet's version, and the
+/// node's Lease in `kube-node-lease`, which the kubelet renews as its
+/// heartbeat.
 fn register_node(store: &Store, name: &str) -> Result<()> {
     store.create(
         &ids::nodes(),
@@ -221,12 +226,42 @@ fn register_node(store: &Store, name: &str) -> Result<()> {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "kubelet is posting ready status",
                             "lastHeartbeatTime": now_rfc3339(), "lastTransitionTime": now_rfc3339()}],
+            "addresses": [{"type": "InternalIP", "address": node_ip(name)}, {"type": "Hostname", "address": name}],
             "nodeInfo": {"kubeletVersion": "v1.36.0", "containerRuntimeVersion": "containerd://2.1.0",
-                         "operatingSystem": "linux", "architecture": "amd64", "osImage": "kinformer-sim"},
+                         "kernelVersion": "6.12.0", "operatingSystem": "linux", "architecture": "amd64",
+                         "osImage": "kinformer-sim"},
         }}),
         true,
     )?;
+    // A bare store (a unit test's) has no `kube-node-lease` namespace.
+    if store.get(&ids::namespaces(), None, "kube-node-lease").is_err() {
+        return Ok(());
+    }
+    let node = store.get(&ids::nodes(), None, name)?;
+    store.create(
+        &ids::leases(),
+        Some("kube-node-lease"),
+        json!({
+            "metadata": {"name": name, "ownerReferences": [{
+                "apiVersion": "v1", "kind": "Node", "name": name, "uid": node.value["metadata"]["uid"],
+            }]},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_micro_rfc3339()},
+        }),
+    )?;
     Ok(())
+}
+
+/// A node's InternalIP: `node-3` is `192.168.0.13`. It is data only: the
+/// emulation never connects to it.
+fn node_ip(name: &str) -> String {
+    let index: u32 = name.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    format!("192.168.0.{}", 10 + index % 240)
+}
+
+/// The time now as a Lease's `renewTime` carries it: microseconds.
+fn now_micro_rfc3339() -> String {
+    let now = now_rfc3339();
+    format!("{}.000000Z", now.trim_end_matches('Z'))
 }
 
 /// A Deployment the workload manages.
@@ -464,22 +499,21 @@ impl Churn {
             json!({"status": {"containerStatuses": containers, "conditions": conditions}}),
             true,
         )?;
-        let uid = pod.value["metadata"]["uid"].clone();
-        let event: u64 = self.rng.random();
-        store.create(
-            &ids::events(),
-            Some(namespace),
-            json!({
-                "metadata": {"name": format!("{}.{event:016x}", pod.name)},
-                "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod.name, "uid": uid,
-                                   "apiVersion": "v1", "fieldPath": "spec.containers{app}"},
-                "reason": "BackOff", "type": "Warning", "count": 1,
-                "message": "Back-off restarting failed container app in pod ".to_owned() + &pod.name + "_" + namespace
-                    + "(" + uid.as_str().unwrap_or_default() + ")",
-                "source": {"component": "kubelet", "host": "node-0"},
-                "firstTimestamp": now, "lastTimestamp": now,
-                "reportingComponent": "kubelet", "reportingInstance": "node-0",
-            }),
+        let uid = pod.value["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+        let kubelet = Occurrence {
+            event_type: "Warning",
+            host: Some(pod.value["spec"]["nodeName"].as_str().unwrap_or("node-0")),
+            field_path: Some("spec.containers{app}"),
+            ..Occurrence::normal("kubelet", "BackOff")
+        };
+        controllers::events::record(
+            &mut store.transaction(WriteOptions::default()),
+            pod,
+            kubelet,
+            &format!(
+                "Back-off restarting failed container app in pod {}_{namespace}({uid})",
+                pod.name
+            ),
         )?;
         Ok(())
     }
@@ -617,6 +651,10 @@ impl PodChoices for WorkloadChoices<'_> {
             (*self.ips >> 8) % 250,
             *self.ips % 250
         )
+    }
+
+    fn records_events(&self) -> bool {
+        false
     }
 }
 

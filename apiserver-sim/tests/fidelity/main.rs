@@ -5,8 +5,11 @@
 
 mod built_ins;
 mod crd_schema;
+mod defaulting;
 mod discovery;
 mod metadata;
+mod newcomer;
+mod openapi;
 mod protobuf;
 mod shapes;
 mod support;

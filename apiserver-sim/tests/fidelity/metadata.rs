@@ -32,7 +32,11 @@ async fn metadata_requests_answer_partial_object_metadata() {
     assert_eq!(meta.metadata.uid, created.metadata.uid);
     assert_eq!(meta.labels()["app"], "web");
 
-    let list = api.list_metadata(&ListParams::default()).await.unwrap();
+    // The namespace also holds the controllers' kube-root-ca.crt.
+    let list = api
+        .list_metadata(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap();
     assert_eq!(list.types.kind, "PartialObjectMetadataList");
     assert_eq!(list.items.len(), 1);
     assert_eq!(

@@ -1,11 +1,14 @@
-//! kubectl's typed `create` commands, which send their object in protobuf.
+//! kubectl's typed `create` commands, which send their object in protobuf: configuration, RBAC, tokens, and the workloads and Services of its generators.
 
 use apiserver_sim::SimConfig;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::Api;
 
-use crate::support::{kubectl, kubectl_output, kubectl_run, start};
+use crate::support::{kubectl, kubectl_run, start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_objects_it_sends_in_protobuf() {
@@ -38,7 +41,7 @@ async fn kubectl_creates_objects_it_sends_in_protobuf() {
         roles.get("reader").await.unwrap().rules.unwrap()[0].verbs,
         ["get", "list"]
     );
-    let bindings: Api<RoleBinding> = Api::default_namespaced(client);
+    let bindings: Api<RoleBinding> = Api::default_namespaced(client.clone());
     let subjects = bindings.get("reader").await.unwrap().subjects.unwrap();
     assert_eq!(
         (subjects[0].kind.as_str(), subjects[0].name.as_str()),
@@ -48,12 +51,33 @@ async fn kubectl_creates_objects_it_sends_in_protobuf() {
     let token = kubectl_run(&server, path, &["create", "token", "builder"]).await;
     assert_eq!(token.trim().split('.').count(), 3, "{token}");
 
-    // A kind whose protobuf form is not read: kubectl says what the server answered.
-    let deployment = kubectl_output(&server, path, &["create", "deployment", "web", "--image=app:1"]).await;
-    let stderr = String::from_utf8_lossy(&deployment.stderr);
-    assert!(!deployment.status.success());
-    assert!(
-        stderr.contains("the body of the request was in an unknown format"),
-        "{stderr}"
+    // The workloads and Services of kubectl's generators.
+    for command in [
+        "create deployment web --image=registry.example/web:1.0 --port=8080 --replicas=2",
+        "create service clusterip web --tcp=80:8080",
+        "create job migrate --image=registry.example/migrate:1.0 -- ./migrate --all",
+        "create cronjob nightly --image=registry.example/backup:1.0 --schedule=0_3_*_*_*",
+    ] {
+        let args: Vec<String> = command.split(' ').map(|arg| arg.replace('_', " ")).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let created = kubectl_run(&server, path, &args).await;
+        assert!(created.contains("created"), "{command}: {created}");
+    }
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let web = deployments.get("web").await.unwrap().spec;
+    assert_eq!(web.replicas, Some(2));
+    let container = &web.template.spec.unwrap().containers[0];
+    assert_eq!(container.image.as_deref(), Some("registry.example/web:1.0"));
+    assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 8080);
+    let services: Api<Service> = Api::default_namespaced(client.clone());
+    let port = services.get("web").await.unwrap().spec.unwrap().ports.unwrap()[0].clone();
+    assert_eq!((port.name.as_deref(), port.port), (Some("80-8080"), 80));
+    assert_eq!(port.target_port, Some(IntOrString::Int(8080)));
+    let jobs: Api<Job> = Api::default_namespaced(client);
+    let migrate = jobs.get("migrate").await.unwrap().spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        migrate.containers[0].command.as_deref(),
+        Some(&["./migrate".to_owned(), "--all".to_owned()][..])
     );
+    assert_eq!(migrate.restart_policy.as_deref(), Some("Never"));
 }

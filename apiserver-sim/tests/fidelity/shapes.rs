@@ -39,7 +39,11 @@ async fn objects_are_written_kind_first_and_status_last() {
         "{one}"
     );
     let (spec, status) = (one.find(r#","spec":"#).unwrap(), one.find(r#","status":"#).unwrap());
-    assert!(spec < status && one.ends_with(r#""status":{"replicas":1}}"#), "{one}");
+    // Go's JSON encoder ends every body with a newline.
+    assert!(
+        spec < status && one.ends_with("\"status\":{\"replicas\":1}}\n"),
+        "{one}"
+    );
     let list = raw(&server, "GET", path, "application/json", "").await.body;
     assert!(
         list.starts_with(r#"{"kind":"DeploymentList","apiVersion":"apps/v1","metadata":{"#),
@@ -138,4 +142,33 @@ async fn only_the_resources_whose_strategy_keeps_a_generation_have_one() {
             .generation,
         Some(1)
     );
+}
+
+#[tokio::test]
+async fn emptied_metadata_is_left_out_and_version_has_kube_apiservers_fields() {
+    let (server, client) = start(SimConfig::default().controllers(false)).await;
+    let configmaps: Api<ConfigMap> = Api::default_namespaced(client);
+    labelled_configmap(&configmaps, "settings").await;
+    let emptied = configmaps
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"app": null}, "annotations": {"note": null}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(emptied.metadata.labels, None, "Go leaves an empty map out");
+    assert_eq!(emptied.metadata.annotations, None);
+    let version = raw(&server, "GET", "/version", "application/json", "").await;
+    assert!(version.body.ends_with("}\n"), "{}", version.body);
+    let version = version.json();
+    for field in [
+        "emulationMajor",
+        "emulationMinor",
+        "minCompatibilityMajor",
+        "minCompatibilityMinor",
+    ] {
+        assert!(version[field].is_string(), "/version has no {field}: {version}");
+    }
+    assert_eq!(version["minor"], "36");
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use apiserver_sim::{ApiServer, SimConfig};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, GroupVersionKind, PostParams};
+use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -167,4 +168,33 @@ pub(crate) async fn pod_on(pods: &Api<Pod>, name: &str, node: Option<&str>) {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("the pod is created");
+}
+
+/// A namespaced CRD of `example.com/v1` with `kind` and `plural` and the
+/// schema of its `spec`.
+pub(crate) fn example_crd(kind: &str, plural: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.example.com")},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                     "type": "object", "properties": {"spec": spec}}}}]}
+    })
+}
+
+/// Creates an [`example_crd`]; the API of its objects in `default`.
+pub(crate) async fn register_example_crd(client: &Client, kind: &str, plural: &str, spec: Value) -> Api<DynamicObject> {
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+            "customresourcedefinitions",
+        ),
+    );
+    crds.create(&PostParams::default(), &from_json(example_crd(kind, plural, spec)))
+        .await
+        .expect("the CRD is created");
+    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", kind), plural);
+    Api::default_namespaced_with(client.clone(), &resource)
 }

@@ -1,10 +1,12 @@
-//! Request bodies in Kubernetes' protobuf encoding, as kubectl's typed commands (`kubectl create configmap`, `secret`, `namespace`, `serviceaccount`, `role`, `token`, `drain`, …) send them.
+//! Request bodies in Kubernetes' protobuf encoding, as kubectl's typed commands (`kubectl create configmap`, `secret`, `namespace`, `serviceaccount`, `role`, `deployment`, `job`, `service`, `token`, `run`, `drain`, …) send them.
 //!
 //! A body is the magic `k8s\0` and a `runtime.Unknown` envelope naming the
 //! object's `apiVersion` and `kind` around its protobuf bytes. The kinds
 //! kubectl's simple generators send (ConfigMaps, Secrets, Namespaces,
 //! ServiceAccounts, RBAC objects, TokenRequests, the Evictions of
-//! `kubectl drain` and the reviews of `kubectl auth`) are decoded, with k8s-pb's message
+//! `kubectl drain`, the reviews of `kubectl auth`, and the workloads and
+//! Services of `kubectl create` and `run`, in the fields `workloads` reads)
+//! are decoded, with k8s-pb's message
 //! types, into the JSON the rest of the emulation takes; any other kind is
 //! `415 Unsupported Media Type`, as from a server that cannot read it.
 
@@ -23,6 +25,8 @@ use prost::Message;
 use serde_json::{Map, Value, json};
 
 use crate::status::{ApiError, Result};
+
+mod workloads;
 
 /// The media type of a protobuf body.
 pub(crate) const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -50,6 +54,23 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value> {
         ("v1", "Secret") => secret(core::Secret::decode(raw).map_err(malformed)?),
         ("v1", "Namespace") => namespace(core::Namespace::decode(raw).map_err(malformed)?),
         ("v1", "ServiceAccount") => service_account(core::ServiceAccount::decode(raw).map_err(malformed)?),
+        ("v1", "Pod") => workloads::pod(core::Pod::decode(raw).map_err(malformed)?)?,
+        ("v1", "Service") => workloads::service(core::Service::decode(raw).map_err(malformed)?)?,
+        ("apps/v1", "Deployment") => {
+            workloads::deployment(k8s_pb::api::apps::v1::Deployment::decode(raw).map_err(malformed)?)?
+        }
+        ("batch/v1", "Job") => workloads::job(k8s_pb::api::batch::v1::Job::decode(raw).map_err(malformed)?)?,
+        ("batch/v1", "CronJob") => {
+            workloads::cron_job(k8s_pb::api::batch::v1::CronJob::decode(raw).map_err(malformed)?)?
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
+            let review = authorization::SelfSubjectRulesReview::decode(raw).map_err(malformed)?;
+            let namespace = review.spec.and_then(|spec| spec.namespace);
+            with_meta(
+                review.metadata,
+                [("spec", without_nulls(json!({"namespace": namespace})))],
+            )
+        }
         ("authentication.k8s.io/v1", "TokenRequest") => {
             token_request(authentication::TokenRequest::decode(raw).map_err(malformed)?)
         }
@@ -128,7 +149,7 @@ fn insert_set<const N: usize>(object: &mut Map<String, Value>, fields: [(&str, V
 }
 
 /// The fields of `ObjectMeta` a client writes.
-fn object_meta(metadata: meta::ObjectMeta) -> Value {
+pub(super) fn object_meta(metadata: meta::ObjectMeta) -> Value {
     let owners: Vec<Value> = metadata
         .owner_references
         .into_iter()
@@ -306,7 +327,7 @@ fn rules(rules: Vec<rbac::PolicyRule>) -> Value {
     json!(rules)
 }
 
-fn label_selector(selector: meta::LabelSelector) -> Value {
+pub(super) fn label_selector(selector: meta::LabelSelector) -> Value {
     let expressions: Vec<Value> = selector
         .match_expressions
         .into_iter()
@@ -347,7 +368,7 @@ fn binding_json(
 }
 
 /// The object without the fields that are `null` or empty strings: unset in protobuf.
-fn without_nulls(value: Value) -> Value {
+pub(super) fn without_nulls(value: Value) -> Value {
     match value {
         Value::Object(fields) => Value::Object(
             fields
@@ -400,7 +421,7 @@ mod tests {
 
     #[test]
     fn a_kind_not_read_here_is_an_unsupported_media_type() {
-        let body = envelope("apps/v1", "Deployment", Vec::new());
+        let body = envelope("apps/v1", "StatefulSet", Vec::new());
         assert_eq!(decode(&body).unwrap_err().code, 415);
         assert_eq!(decode(b"{\"kind\":\"ConfigMap\"}").unwrap_err().code, 400);
     }
