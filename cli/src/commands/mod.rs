@@ -13,6 +13,7 @@ pub(crate) mod rollout;
 pub(crate) mod run;
 #[cfg(feature = "emulation")]
 pub(crate) mod sim;
+pub(crate) mod status;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
