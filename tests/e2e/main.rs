@@ -10,6 +10,7 @@ mod guests;
 mod hpa;
 mod informers;
 mod metrics;
+mod monitoring;
 mod namespaces;
 mod outbound;
 mod plugins;
