@@ -13,6 +13,7 @@ mod metrics;
 mod monitoring;
 mod namespaces;
 mod outbound;
+mod page;
 mod plugins;
 mod reload;
 mod replay;
