@@ -13,7 +13,7 @@ use std::time::Duration;
 use apiserver_sim::workload::Workload;
 use kinformer::leader::LeaderElectionConfig;
 use kinformer::runtime::{PluginState, Runtime, RuntimeConfig};
-use kinformer_tests::runtime::{cluster, http_get, install, plugin_status, until};
+use kinformer_tests::runtime::{FLOOD_MANIFEST, cluster, http_get, install, plugin_status, until};
 
 fn monitoring() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/monitoring")
@@ -372,15 +372,7 @@ async fn the_dashboard_and_the_alerts_name_only_metrics_and_labels_a_live_host_s
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     install(d, "pods", "delta-logger.wasm", Some("config = \"v1/Pod\"\n"));
-    install(
-        d,
-        "flood",
-        "writer.wasm",
-        Some(
-            "config = \"flood:ns-0\"\n\
-             [[grant.write]]\nverbs = [\"create\", \"patch\"]\nresources = [\"v1/ConfigMap\"]\nnamespaces = [\"ns-0\"]\n",
-        ),
-    );
+    install(d, "flood", "writer.wasm", Some(FLOOD_MANIFEST));
     install(d, "rs", "reconciler.wasm", Some("config = \"rs\"\n"));
     install(
         d,
