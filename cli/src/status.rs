@@ -129,7 +129,11 @@ pub fn render(overview: &Overview) -> String {
                 row.state.clone(),
                 row.version.clone().unwrap_or_else(|| "-".to_owned()),
                 row.digest.clone().unwrap_or_else(|| "-".to_owned()),
-                row.deltas.to_string(),
+                if row.reconciles == 0 {
+                    row.deltas.to_string()
+                } else {
+                    format!("{} ({} reconciles)", row.deltas, row.reconciles)
+                },
                 rate(row.deltas_per_second),
                 row.errors.to_string(),
                 row.traps.to_string(),

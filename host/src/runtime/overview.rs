@@ -69,7 +69,7 @@ pub struct Replica {
 
 /// One plugin at a glance.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 #[non_exhaustive]
 pub struct PluginRow {
     /// Its name (the file stem).
@@ -84,6 +84,8 @@ pub struct PluginRow {
     pub deltas: u64,
     /// Deltas handled per second, lately.
     pub deltas_per_second: Option<f64>,
+    /// Keys a controller reconciled.
+    pub reconciles: u64,
     /// Calls that returned an error.
     pub errors: u64,
     /// Traps, deadline overruns and memory-limit hits.
@@ -302,6 +304,7 @@ pub(super) fn overview(
                     .map(|digest| digest[..12.min(digest.len())].to_owned()),
                 deltas: plugin.deltas,
                 deltas_per_second: rate.map(|(deltas, _)| *deltas),
+                reconciles: plugin.reconciles,
                 errors: plugin.errors,
                 traps: plugin.traps,
                 restarts: plugin.restarts,

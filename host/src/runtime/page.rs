@@ -227,6 +227,14 @@ fn plugin_row(html: &mut String, row: &PluginRow) {
             format!("<code class=\"small\">{}</code><br>{holder}", escape(&lease.name))
         },
     );
+    let deltas = if row.reconciles == 0 {
+        row.deltas.to_string()
+    } else {
+        format!(
+            "{}<br><span class=\"small\">{} reconciles</span>",
+            row.deltas, row.reconciles
+        )
+    };
     let error = row.last_error.as_deref().map_or_else(String::new, |error| {
         format!("<span class=\"err\">{}</span>", escape(error))
     });
@@ -239,7 +247,7 @@ fn plugin_row(html: &mut String, row: &PluginRow) {
         escape(&row.name),
         state_class(&row.state),
         escape(&row.state),
-        row.deltas,
+        deltas,
         rate(row.deltas_per_second),
         row.errors,
         row.traps,
@@ -378,6 +386,9 @@ mod tests {
         let plugins: Vec<PluginRow> = (0..200)
             .map(|i| {
                 let mut row = row(&format!("plugin-{i:03}"));
+                if i == 7 {
+                    row.reconciles = 70;
+                }
                 if i % 50 == 0 {
                     row.lease = Some(LeaseRow {
                         name: format!("kinformer/kinformer-plugin-{i:03}"),
@@ -424,6 +435,7 @@ mod tests {
         assert!(html.contains("taken at 2026-11-01 09:30:05 UTC"), "{html}");
         assert!(html.contains("<td class=\"n\">2.5</td>") && html.contains("12.0m of 250m"));
         assert!(html.contains("<td>5s ago</td>"), "{html}");
+        assert!(html.contains("<td class=\"n\">12<br><span class=\"small\">70 reconciles</span></td>"));
         assert!(html.contains("holds <code>kinformer/kinformer-plugin-000</code>"));
     }
 
