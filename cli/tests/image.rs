@@ -52,7 +52,8 @@ fn json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-/// podman on the test's own storage, without systemd.
+/// podman on the test's own storage, without systemd, with runc (crun
+/// refuses the hybrid cgroup hierarchies some machines have).
 fn podman(storage: &Path) -> Command {
     let mut command = Command::new("podman");
     command
@@ -60,15 +61,25 @@ fn podman(storage: &Path) -> Command {
         .arg(storage.join("root"))
         .arg("--runroot")
         .arg(storage.join("run"))
-        .args([
-            "--storage-driver",
-            "vfs",
-            "--cgroup-manager",
-            "cgroupfs",
-            "--events-backend",
-            "file",
-        ]);
+        .args(["--storage-driver", "vfs", "--cgroup-manager", "cgroupfs"])
+        .args(["--events-backend", "file", "--runtime", "runc"]);
     command
+}
+
+/// `--ulimit` flags within this process's own hard limits: podman's
+/// defaults (a million open files) cannot be set without CAP_SYS_RESOURCE.
+fn ulimits() -> Vec<String> {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let hard = |name: &str, at_most: u64| {
+        let line = limits.lines().find(|line| line.starts_with(name)).unwrap();
+        let value = line[name.len()..].split_whitespace().nth(1).unwrap();
+        value.parse().map_or(at_most, |hard: u64| hard.min(at_most))
+    };
+    let (files, processes) = (hard("Max open files", 65_536), hard("Max processes", 32_768));
+    vec![
+        format!("--ulimit=nofile={files}:{files}"),
+        format!("--ulimit=nproc={processes}:{processes}"),
+    ]
 }
 
 /// GET `path` on loopback `port`: the status code, or `None` while nothing
