@@ -24,9 +24,10 @@ pub fn chromium() -> Option<PathBuf> {
     found
 }
 
-/// Chromium in headless mode, with a fresh profile under `work`.
-fn headless(chromium: &Path, work: &Path) -> Command {
-    let profile = tempfile::tempdir_in(work).unwrap().keep();
+/// Chromium in headless mode, with a fresh profile under `work`, removed
+/// when the returned directory is dropped.
+fn headless(chromium: &Path, work: &Path) -> (Command, tempfile::TempDir) {
+    let profile = tempfile::tempdir_in(work).unwrap();
     let mut command = Command::new(chromium);
     command
         .args([
@@ -42,14 +43,15 @@ fn headless(chromium: &Path, work: &Path) -> Command {
             "--no-default-browser-check",
             "--hide-scrollbars",
         ])
-        .arg(format!("--user-data-dir={}", profile.display()));
-    command
+        .arg(format!("--user-data-dir={}", profile.path().display()));
+    (command, profile)
 }
 
 /// The page at `url` as Chromium built it, serialised: what its parser made
 /// of the HTML, after the page loaded.
 pub fn dom(chromium: &Path, work: &Path, url: &str) -> String {
-    let output = headless(chromium, work).arg("--dump-dom").arg(url).output().unwrap();
+    let (mut command, _profile) = headless(chromium, work);
+    let output = command.arg("--dump-dom").arg(url).output().unwrap();
     assert!(
         output.status.success(),
         "chromium --dump-dom {url}: {}",
@@ -60,7 +62,8 @@ pub fn dom(chromium: &Path, work: &Path, url: &str) -> String {
 
 /// A PNG of the page at `url` in a `width`×`height` window, into `file`.
 pub fn screenshot(chromium: &Path, work: &Path, url: &str, file: &Path, (width, height): (u32, u32)) {
-    let output = headless(chromium, work)
+    let (mut command, _profile) = headless(chromium, work);
+    let output = command
         .arg(format!("--screenshot={}", file.display()))
         .arg(format!("--window-size={width},{height}"))
         .arg(url)
