@@ -1,7 +1,8 @@
 //! The `kinformer` command's library: the demo on the embedded API emulation,
 //! the serve loop, what `kinformer check` prints, the RBAC `kinformer rbac`
-//! prints, `record` and `replay`, and the projects `kinformer new` writes,
-//! apart from argument parsing so that tests use them directly.
+//! prints, `record` and `replay`, the tables `kinformer status` prints, and
+//! the projects `kinformer new` writes, apart from argument parsing so that
+//! tests use them directly.
 
 pub mod check;
 #[cfg(feature = "emulation")]
@@ -11,6 +12,7 @@ pub mod recording;
 pub mod replay;
 pub mod rollout;
 pub mod scaffold;
+pub mod status;
 
 use std::collections::HashMap;
 use std::time::Duration;

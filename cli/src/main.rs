@@ -58,6 +58,7 @@ enum Command {
     Record(commands::record::Record),
     Replay(commands::replay::Replay),
     Rollout(commands::rollout::Rollout),
+    Status(commands::status::Status),
     New(commands::new::New),
     Check(commands::check::Check),
 }
@@ -107,6 +108,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
         Command::Record(command) => command.run(),
         Command::Replay(command) => command.run(),
         Command::Rollout(command) => command.run(),
+        Command::Status(command) => command.run(),
         Command::New(command) => command.run(),
         Command::Check(command) => command.run(),
     }

@@ -14,20 +14,7 @@ use serde_json::Value;
 ///
 /// When the host cannot be reached or does not answer JSON.
 pub async fn fetch(address: SocketAddr) -> anyhow::Result<Value> {
-    use http_body_util::BodyExt as _;
-
-    let stream = tokio::net::TcpStream::connect(address)
-        .await
-        .with_context(|| format!("connecting to the status address {address}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    let request = hyper::Request::get("/plugins")
-        .header(hyper::header::HOST, address.to_string())
-        .body(http_body_util::Empty::<bytes::Bytes>::new())?;
-    let response = sender.send_request(request).await?;
-    let status = response.status();
-    let body = response.into_body().collect().await?.to_bytes();
-    anyhow::ensure!(status.is_success(), "{address}/plugins answered {status}");
+    let body = crate::status::get(address, "/plugins").await?;
     serde_json::from_slice(&body).with_context(|| format!("{address}/plugins did not answer the plugins' status"))
 }
 
@@ -79,7 +66,7 @@ pub fn summary(plugins: &Value, name: &str, now_unix_s: u64) -> anyhow::Result<S
         text,
         "{name}: {mode} {}{share}, for {}",
         str_of(&report["next_digest"]),
-        duration(since)
+        kinformer::runtime::overview::duration_text(since)
     );
     if let Some(reason) = report["rolled_back"].as_str() {
         let _ = writeln!(text, "  ROLLED BACK: {reason}");
@@ -135,15 +122,6 @@ pub fn summary(plugins: &Value, name: &str, now_unix_s: u64) -> anyhow::Result<S
 
 fn str_of(value: &Value) -> &str {
     value.as_str().unwrap_or("?")
-}
-
-/// `1h02m`, `3m05s`, `42s`.
-fn duration(seconds: u64) -> String {
-    match seconds {
-        0..60 => format!("{seconds}s"),
-        60..3600 => format!("{}m{:02}s", seconds / 60, seconds % 60),
-        _ => format!("{}h{:02}m", seconds / 3600, seconds % 3600 / 60),
-    }
 }
 
 #[cfg(test)]

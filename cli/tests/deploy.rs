@@ -1,7 +1,8 @@
 //! `kinformer rbac` for the example plugins grants what their grants and
-//! registrations need and nothing more, and the manifests of `deploy/` parse,
-//! carry that RBAC, and run two replicas with leader election, probes and a
-//! restricted security context.
+//! registrations need and nothing more, and the kustomize overlays of
+//! `deploy/` render, carry that RBAC, run one replica or three with a Lease
+//! per writing plugin and a PodDisruptionBudget, with probes and a restricted
+//! security context, and pass an API server's dry-run.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::collections::BTreeSet;
@@ -33,6 +34,29 @@ fn documents(text: &str) -> Vec<serde_yaml::Value> {
 
 fn kind(document: &serde_yaml::Value) -> &str {
     document["kind"].as_str().unwrap()
+}
+
+/// What `kubectl kustomize deploy/overlays/OVERLAY` renders.
+fn kustomize(overlay: &str) -> Vec<serde_yaml::Value> {
+    let output = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(deploy().join("overlays").join(overlay))
+        .output()
+        .expect("kubectl runs (kustomize is built into it)");
+    assert!(
+        output.status.success(),
+        "kubectl kustomize deploy/overlays/{overlay}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    documents(&String::from_utf8(output.stdout).unwrap())
+}
+
+/// The one Deployment of `documents`.
+fn deployment(documents: &[serde_yaml::Value]) -> Deployment {
+    let mut deployments = documents.iter().filter(|document| kind(document) == "Deployment");
+    let deployment = deployments.next().expect("a Deployment");
+    assert!(deployments.next().is_none(), "one Deployment");
+    serde_yaml::from_value(deployment.clone()).unwrap()
 }
 
 /// The permissions the Roles and ClusterRoles of `documents` grant.
@@ -171,10 +195,10 @@ fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_
     let printed = documents(&printed);
 
     // Nothing missing, nothing extra.
-    let granted = granted(&printed);
+    let printed_grants = granted(&printed);
     let needed = needed(dir.path(), &cache);
-    let missing: Vec<_> = needed.difference(&granted).collect();
-    let extra: Vec<_> = granted.difference(&needed).collect();
+    let missing: Vec<_> = needed.difference(&printed_grants).collect();
+    let extra: Vec<_> = printed_grants.difference(&needed).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
         "missing {missing:?}, extra {extra:?}"
@@ -201,30 +225,47 @@ fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_
         "the Leases' namespace, and notifier's Secret's"
     );
 
-    // deploy/rbac.yaml is what `kinformer rbac` prints.
-    let shipped = documents(&std::fs::read_to_string(deploy().join("rbac.yaml")).unwrap());
+    // deploy/base/rbac.yaml is what `kinformer rbac` prints.
+    let shipped = documents(&std::fs::read_to_string(deploy().join("base/rbac.yaml")).unwrap());
     assert_eq!(
         shipped, printed,
-        "deploy/rbac.yaml differs from `kinformer rbac --plugins DIR --leader-elect` for the examples"
+        "deploy/base/rbac.yaml differs from `kinformer rbac --plugins DIR --leader-elect` for the examples"
     );
 
-    // The Deployment: two replicas electing a leader, as the service account
-    // the RBAC binds, probed, restricted, every example plugin mounted.
-    let objects = documents(&std::fs::read_to_string(deploy().join("kinformer.yaml")).unwrap());
-    let kinds: Vec<&str> = objects.iter().map(kind).collect();
-    assert_eq!(kinds, ["Namespace", "ServiceAccount", "Deployment"]);
-    assert_eq!(objects[1]["metadata"]["name"], "kinformer");
-    assert_eq!(objects[1]["metadata"]["namespace"], "kinformer");
-    let deployment: Deployment = serde_yaml::from_value(objects[2].clone()).unwrap();
-    let spec = deployment.spec;
-    assert_eq!(spec.replicas, Some(2));
-    let pod = spec.template.spec.unwrap();
+    // One replica: no leader election, as the service account the RBAC
+    // binds, probed, restricted, every example plugin mounted.
+    let single = kustomize("single");
+    let kinds: Vec<&str> = single.iter().map(kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "ServiceAccount",
+            "Role",
+            "Role",
+            "ClusterRole",
+            "RoleBinding",
+            "RoleBinding",
+            "ClusterRoleBinding",
+            "Service",
+            "Deployment"
+        ]
+    );
+    assert_eq!(
+        granted(&single),
+        printed_grants,
+        "the overlay's RBAC is the printed one"
+    );
+    let single_spec = deployment(&single).spec;
+    assert_eq!(single_spec.replicas, Some(1));
+    let pod = single_spec.template.spec.unwrap();
     assert_eq!(pod.service_account_name.as_deref(), Some("kinformer"));
     assert_eq!(pod.security_context.unwrap().run_as_non_root, Some(true));
     let container = &pod.containers[0];
     let args = container.args.clone().unwrap();
-    assert!(args.contains(&"--leader-elect".to_owned()), "{args:?}");
+    assert!(!args.iter().any(|arg| arg.starts_with("--leader-elect")), "{args:?}");
     assert!(args.iter().any(|arg| arg == "--plugins=/plugins"));
+    assert!(args.iter().any(|arg| arg == "--cache-dir=/cache"));
     let env: Vec<&str> = container.env.iter().flatten().map(|env| env.name.as_str()).collect();
     assert_eq!(env, ["POD_NAME", "POD_NAMESPACE"], "the Lease's identity and namespace");
     let probe = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
@@ -256,19 +297,53 @@ fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_
             .iter()
             .any(|volume| volume.name == "cache" && volume.empty_dir.is_some())
     );
+    let service = single.iter().find(|document| kind(document) == "Service").unwrap();
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
 
-    // The variant whose plugins come from an OCI artifact: the same host
-    // container, its /plugins an emptyDir that an ORAS sidecar fills by
-    // renames (so a reader never sees half a file), started first.
-    let objects = documents(&std::fs::read_to_string(deploy().join("kinformer-oci.yaml")).unwrap());
-    assert_eq!(objects.iter().map(kind).collect::<Vec<_>>(), ["Deployment"]);
-    let oci: Deployment = serde_yaml::from_value(objects[0].clone()).unwrap();
-    assert_eq!(oci.metadata.name.as_deref(), Some("kinformer"));
-    assert_eq!(oci.metadata.namespace.as_deref(), Some("kinformer"));
-    let oci_pod = oci.spec.template.spec.unwrap();
+    // HA: three replicas electing per plugin, spread over nodes, two kept
+    // through a drain; otherwise the same pod.
+    let ha = kustomize("ha");
+    let ha_spec = deployment(&ha).spec;
+    assert_eq!(ha_spec.replicas, Some(3));
+    let ha_pod = ha_spec.template.spec.unwrap();
+    let ha_args = ha_pod.containers[0].args.clone().unwrap();
     assert_eq!(
-        oci_pod.containers, pod.containers,
-        "the host container differs from deploy/kinformer.yaml's"
+        ha_args[args.len()..],
+        [
+            "--leader-elect",
+            "--leader-elect-mode=per-plugin",
+            "--lease-name=kinformer"
+        ]
+    );
+    assert_eq!(ha_args[..args.len()], args[..]);
+    let spread = &ha_pod.topology_spread_constraints.unwrap()[0];
+    assert_eq!(spread.topology_key, "kubernetes.io/hostname");
+    let budget = ha
+        .iter()
+        .find(|document| kind(document) == "PodDisruptionBudget")
+        .unwrap();
+    assert_eq!(budget["spec"]["minAvailable"], 2);
+    let labels = ha_spec.template.metadata.unwrap().labels.unwrap();
+    let selected = budget["spec"]["selector"]["matchLabels"].as_mapping().unwrap();
+    assert!(!selected.is_empty());
+    for (key, value) in selected {
+        assert_eq!(labels.get(key.as_str().unwrap()).map(String::as_str), value.as_str());
+    }
+    assert!(
+        granted(&ha)
+            .iter()
+            .any(|(_, group, resource, _)| group == "coordination.k8s.io" && resource == "leases"),
+        "the replicas may take Leases"
+    );
+
+    // Plugins from an OCI artifact: the same host container as HA's, its
+    // /plugins an emptyDir that an ORAS sidecar fills by renames (so a
+    // reader never sees half a file), started first.
+    let oci = kustomize("oci");
+    let oci_pod = deployment(&oci).spec.template.spec.unwrap();
+    assert_eq!(
+        oci_pod.containers, ha_pod.containers,
+        "the host container differs from the ha overlay's"
     );
     let sidecar = &oci_pod.init_containers.as_ref().unwrap()[0];
     assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"), "a native sidecar");
@@ -287,10 +362,10 @@ fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_
             .any(|mount| mount.name == "plugins" && mount.mount_path == "/plugins" && mount.read_only != Some(true))
     );
     let oci_volumes = oci_pod.volumes.unwrap();
+    let plugins = oci_volumes.iter().find(|volume| volume.name == "plugins").unwrap();
     assert!(
-        oci_volumes
-            .iter()
-            .any(|volume| volume.name == "plugins" && volume.empty_dir.is_some())
+        plugins.empty_dir.is_some() && plugins.projected.is_none(),
+        "{plugins:?}"
     );
     let security = sidecar.security_context.clone().unwrap();
     assert_eq!(security.read_only_root_filesystem, Some(true));
@@ -302,9 +377,7 @@ fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_
 /// unchanged digest pulls nothing.
 #[test]
 fn the_oci_sidecar_publishes_each_version_by_renames_and_drops_what_left() {
-    let objects = documents(&std::fs::read_to_string(deploy().join("kinformer-oci.yaml")).unwrap());
-    let oci: Deployment = serde_yaml::from_value(objects[0].clone()).unwrap();
-    let pod = oci.spec.template.spec.unwrap();
+    let pod = deployment(&kustomize("oci")).spec.template.spec.unwrap();
     let sidecar = &pod.init_containers.unwrap()[0];
     let script = sidecar.command.as_ref().unwrap()[2].clone();
 
@@ -423,4 +496,108 @@ fn the_oci_sidecar_publishes_each_version_by_renames_and_drops_what_left() {
         ],
         "one pull per digest, by digest"
     );
+}
+
+/// Each overlay, rendered, passes a server-side dry run on the emulated API
+/// server: every object is one the server knows and accepts. The emulation
+/// serves no PodDisruptionBudget and no OpenAPI yet: that kind alone may be
+/// unknown to it, and only that way, and kubectl's own validation is skipped
+/// only when it cannot download the OpenAPI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_overlay_passes_a_server_side_dry_run() {
+    let server = apiserver_sim::ApiServer::start(apiserver_sim::SimConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let kubectl = move |args: Vec<String>, input: String| {
+        let kubeconfig = kubeconfig.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write as _;
+            let mut child = std::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(&args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("kubectl runs");
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+            let output = child.wait_with_output().unwrap();
+            (
+                output.status.success(),
+                String::from_utf8_lossy(&output.stdout).into_owned(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        })
+    };
+    // A dry run creates nothing: the namespace the objects go in is made
+    // for real first, as the first apply would, and `monitoring`, where the
+    // example notifier's Secret lives, exists as on the cluster it is for.
+    for namespace in ["kinformer", "monitoring"] {
+        let (created, _, stderr) = kubectl(
+            ["create", "namespace", namespace].map(str::to_owned).to_vec(),
+            String::new(),
+        )
+        .await
+        .unwrap();
+        assert!(created, "{stderr}");
+    }
+    let mut unserved = Vec::new();
+    let mut unvalidated = 0;
+    for overlay in ["single", "ha", "oci"] {
+        for document in kustomize(overlay) {
+            let name = format!(
+                "{overlay}: {} {}",
+                kind(&document),
+                document["metadata"]["name"].as_str().unwrap()
+            );
+            let apply = |validate: &str| {
+                let args = [
+                    "apply",
+                    "--server-side",
+                    "--dry-run=server",
+                    "--field-manager=kinformer-deploy-test",
+                    validate,
+                    "-o",
+                    "name",
+                    "-f",
+                    "-",
+                ];
+                kubectl(
+                    args.map(str::to_owned).to_vec(),
+                    serde_yaml::to_string(&document).unwrap(),
+                )
+            };
+            let (mut applied, mut stdout, mut stderr) = apply("--validate=strict").await.unwrap();
+            // kubectl validates against the server's OpenAPI, which the
+            // emulation does not serve yet: then the server alone judges.
+            if !applied && stderr.contains("failed to download openapi") {
+                unvalidated += 1;
+                (applied, stdout, stderr) = apply("--validate=false").await.unwrap();
+            }
+            if applied {
+                assert!(!stdout.trim().is_empty(), "{name}: applied nothing");
+                continue;
+            }
+            let unknown = format!("no matches for kind \"{}\"", kind(&document));
+            assert!(
+                kind(&document) == "PodDisruptionBudget" && stderr.contains(&unknown),
+                "{name} failed the server's dry run: {stderr}"
+            );
+            unserved.push(name);
+        }
+    }
+    // Say what was not checked, so that it is seen once the emulation
+    // serves it.
+    if !unserved.is_empty() {
+        eprintln!("not served by the emulation, so not dry-run: {unserved:?}");
+    }
+    if unvalidated > 0 {
+        eprintln!(
+            "{unvalidated} objects dry-run without kubectl's OpenAPI validation: the emulation serves no OpenAPI"
+        );
+    }
 }

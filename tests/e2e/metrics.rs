@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{Runtime, RuntimeConfig};
-use kinformer_tests::runtime::{cluster, http_get as get, install, publish, quick_manifest, until};
+use kinformer_tests::runtime::{FLOOD_MANIFEST, cluster, http_get as get, install, publish, quick_manifest, until};
 use prometheus_parse::{Scrape, Value};
 
 /// `/metrics`, parsed.
@@ -53,15 +53,7 @@ async fn readyz_waits_for_the_caches_and_the_metrics_follow_what_the_plugins_do(
         "hostile.wasm",
         Some(&quick_manifest("trap-every-3rd").replace("[failures]\n", "[failures]\nmax-restarts = 1000\n")),
     );
-    install(
-        d,
-        "flood",
-        "writer.wasm",
-        Some(
-            "config = \"flood:ns-0\"\n\
-             [[grant.write]]\nverbs = [\"create\", \"patch\"]\nresources = [\"v1/ConfigMap\"]\nnamespaces = [\"ns-0\"]\n",
-        ),
-    );
+    install(d, "flood", "writer.wasm", Some(FLOOD_MANIFEST));
     install(d, "rs", "reconciler.wasm", Some("config = \"rs\"\n"));
     let workload = Workload::default().seed(5).size(2, 2, 3).changes_per_second(50.0);
     let (server, _churn, client) = cluster(&workload).await;

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+pub mod browser;
 pub mod guest;
 pub mod http;
 pub mod runtime;

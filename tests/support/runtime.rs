@@ -60,6 +60,11 @@ pub fn publish(dir: &Path, name: &str, bytes: &[u8]) {
     std::fs::rename(&temporary, dir.join(name)).unwrap();
 }
 
+/// The manifest of a `writer.wasm` that floods ConfigMaps in `ns-0`, granted
+/// create and patch there.
+pub const FLOOD_MANIFEST: &str = "config = \"flood:ns-0\"\n\
+     [[grant.write]]\nverbs = [\"create\", \"patch\"]\nresources = [\"v1/ConfigMap\"]\nnamespaces = [\"ns-0\"]\n";
+
 /// A manifest with `config`, no log rate limit and quick restarts.
 pub fn quick_manifest(config: &str) -> String {
     format!("config = \"{config}\"\n[limits]\nlog-lines-per-second = 1000000\n[failures]\nrestart-backoff-ms = 20\n")

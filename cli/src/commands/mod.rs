@@ -13,6 +13,7 @@ pub(crate) mod rollout;
 pub(crate) mod run;
 #[cfg(feature = "emulation")]
 pub(crate) mod sim;
+pub(crate) mod status;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -45,8 +46,9 @@ impl Tokio {
 /// How plugins are compiled, and where their status is served.
 #[derive(Debug, clap::Args)]
 pub(crate) struct EngineArgs {
-    /// Serve the plugins' status (digests, state, counters) as JSON at
-    /// http://ADDRESS/plugins, e.g. 127.0.0.1:9090.
+    /// Serve the status page at http://ADDRESS/ (every plugin and informer
+    /// at a glance; `kinformer status` prints it), the plugins' status as
+    /// JSON at /plugins, /metrics and the probes, e.g. 127.0.0.1:9090.
     #[arg(long)]
     pub(crate) status_addr: Option<std::net::SocketAddr>,
     #[command(flatten)]

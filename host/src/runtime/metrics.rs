@@ -153,14 +153,14 @@ fn informer(stats: &InformerStats) -> Labels {
     ]
 }
 
-const STATES: [(PluginState, &str); 7] = [
-    (PluginState::Starting, "Starting"),
-    (PluginState::Running, "Running"),
-    (PluginState::Restarting, "Restarting"),
-    (PluginState::Quarantined, "Quarantined"),
-    (PluginState::Failed, "Failed"),
-    (PluginState::Stopped, "Stopped"),
-    (PluginState::Standby, "Standby"),
+const STATES: [PluginState; 7] = [
+    PluginState::Starting,
+    PluginState::Running,
+    PluginState::Restarting,
+    PluginState::Quarantined,
+    PluginState::Failed,
+    PluginState::Stopped,
+    PluginState::Standby,
 ];
 
 impl Scrape {
@@ -211,9 +211,9 @@ impl Scrape {
             "kinformer_plugin_state",
             "1 for the plugin's state, 0 for the others.",
             plugins.iter().flat_map(|p| {
-                STATES.iter().map(move |(state, name)| {
+                STATES.iter().map(move |state| {
                     let mut labels = plugin(p);
-                    labels.push(("state", (*name).to_owned()));
+                    labels.push(("state", state.as_str().to_owned()));
                     (labels, f64::from(u8::from(p.state == *state)))
                 })
             }),

@@ -45,7 +45,8 @@
 //!
 //! The status address serves the plugins' status (`/plugins`), who leads
 //! (`/leader`), Prometheus metrics read from the same counters (`/metrics`,
-//! see `metrics`), and the probes `/healthz` and `/readyz`.
+//! see `metrics`), the probes `/healthz` and `/readyz`, and the host at a
+//! glance ([`overview`]) as a page (`/`, see `page`) and as JSON (`/overview`).
 //!
 //! The pieces, in the order a plugin meets them: `directory` (which files are
 //! plugins, reading them once, the debounced watch), `supervisor` (the
@@ -60,6 +61,8 @@ mod directory;
 mod embedded;
 mod lifecycle;
 mod metrics;
+pub mod overview;
+mod page;
 pub(crate) mod pool;
 pub mod prepare;
 mod rollout;
@@ -82,6 +85,7 @@ use crate::plugin::{EngineOptions, LogSink, PluginEngine};
 pub use controller::keys_for;
 pub use directory::plugin_files;
 pub use embedded::EmbeddedPlugin;
+pub use overview::Overview;
 pub use settings::{MAX_SETTING_BYTES, SettingsError, SettingsProblem};
 pub use status::{PluginState, PluginStatus};
 

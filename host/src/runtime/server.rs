@@ -13,7 +13,9 @@ use crate::leader::Leadership;
 /// - `GET /metrics`: the Prometheus metrics ([`super::metrics`]);
 /// - `GET /healthz`: 200 while the plugins' workers and the informers run;
 /// - `GET /readyz`: 503 until the directory was loaded (each plugin running,
-///   failed or standing by) and every informer synced, then 200.
+///   failed or standing by) and every informer synced, then 200;
+/// - `GET /`: the status page ([`super::page`]), and `GET /overview`: the
+///   same as JSON ([`super::overview`]).
 ///
 /// Returns the address bound.
 pub(super) async fn serve(
@@ -35,7 +37,19 @@ pub(super) async fn serve(
         }
     };
     let registry = Arc::new(super::metrics::registry(supervisor.clone()));
+    let overview = super::overview::source(supervisor.clone());
     let app = axum::Router::new()
+        .route(
+            "/",
+            get({
+                let overview = overview.clone();
+                move || async move { super::page::response(&overview()) }
+            }),
+        )
+        .route(
+            "/overview",
+            get(move || async move { json(serde_json::to_string(&overview()).unwrap_or_else(|_| "{}".to_owned())) }),
+        )
         .route(
             "/plugins",
             get({

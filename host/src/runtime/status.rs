@@ -35,6 +35,22 @@ pub enum PluginState {
     Standby,
 }
 
+impl PluginState {
+    /// Its name, as the status, the metrics and the page show it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "Starting",
+            Self::Running => "Running",
+            Self::Restarting => "Restarting",
+            Self::Quarantined => "Quarantined",
+            Self::Failed => "Failed",
+            Self::Stopped => "Stopped",
+            Self::Standby => "Standby",
+        }
+    }
+}
+
 /// How recent log lines a status keeps.
 pub(super) const STATUS_LOG_LINES: usize = 256;
 /// How many dry-run writes a status keeps.
@@ -86,6 +102,9 @@ pub struct PluginStatus {
     pub traps: u64,
     /// Milliseconds the plugin was paused for its CPU share (`cpu-millicores`).
     pub cpu_paused_ms: u64,
+    /// The running version's CPU share, in thousandths of a core
+    /// (`limits.cpu-millicores`); 0 until a version runs.
+    pub cpu_millicores: u32,
     /// Fresh instances started after a failure.
     pub restarts: u64,
     /// New versions (file or manifest) swapped in.
@@ -164,6 +183,7 @@ impl PluginStatus {
             skipped: 0,
             traps: 0,
             cpu_paused_ms: 0,
+            cpu_millicores: 0,
             restarts: 0,
             reloads: 0,
             outside_grant: 0,

@@ -288,6 +288,7 @@ impl Worker {
             status.state = PluginState::Running;
             status.running_digest = Some(self.live.digest().to_owned());
             status.registration = Some(self.live.registration.clone());
+            status.cpu_millicores = self.live.manifest.limits.cpu_millicores;
             status.refused = self.live.refused.iter().map(ToString::to_string).collect();
         });
     }
