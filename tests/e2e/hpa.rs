@@ -10,7 +10,7 @@ use apiserver_sim::ApiServer;
 use apiserver_sim::store::{Filter, ListOptions, ResourceId};
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{Runtime, RuntimeConfig};
-use kinformer_tests::runtime::{Logs, cluster, install, plugin_status};
+use kinformer_tests::runtime::{Logs, cluster, install, plugin_status, until};
 
 /// The manifest the demo ships, with a short sync period and window.
 fn granted_manifest() -> String {
@@ -295,5 +295,45 @@ async fn without_metrics_the_controller_says_so_in_the_hpa_and_scales_nothing() 
         "{message}"
     );
     assert_eq!(replicas(&server).0, before.0);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_metrics_name_no_ready_pod_the_controller_says_so_as_kube_controller_manager_does() {
+    // The metrics API answers, but for none of the deployment's pods.
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), "hpa", "hpa-controller.wasm", Some(&granted_manifest()));
+    let (server, client) = quiet().await;
+    set_load(&server, 100);
+    let runtime = Runtime::start(client, RuntimeConfig::new(dir.path())).await.unwrap();
+    under_load(&server, 100, "ScalingActive True with metrics", || {
+        scaling_active(&server)["reason"] == "ValidMetricFound"
+    })
+    .await;
+    let before = replicas(&server);
+    for pod in pods(&server) {
+        server
+            .metrics()
+            .forget_pod("ns-0", pod["metadata"]["name"].as_str().unwrap());
+    }
+    until("ScalingActive False", Duration::from_secs(60), || {
+        scaling_active(&server)["status"] == "False"
+    })
+    .await;
+    let condition = scaling_active(&server);
+    assert_eq!(condition["reason"], "FailedGetResourceMetric", "{condition:#}");
+    assert_eq!(
+        condition["message"],
+        "the HPA was unable to compute the replica count: failed to get cpu utilization: \
+         did not receive metrics for any ready pods",
+        "{condition:#}"
+    );
+    assert!(
+        hpa_status(&server)["currentMetrics"].is_null(),
+        "{:#}",
+        hpa_status(&server)
+    );
+    assert_eq!(warnings(&server, "FailedGetResourceMetric").len(), 1);
+    assert_eq!(replicas(&server).0, before.0, "scaled without metrics");
     runtime.shutdown().await;
 }

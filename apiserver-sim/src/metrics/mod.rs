@@ -144,8 +144,9 @@ impl Metrics {
         self.available.load(Ordering::Relaxed)
     }
 
-    /// Drops the usage of a deleted pod.
-    pub(crate) fn forget_pod(&self, namespace: &str, name: &str) {
+    /// Drops a pod's usage, as metrics-server does for a deleted pod, or for
+    /// one its kubelet stopped reporting: the API answers without it.
+    pub fn forget_pod(&self, namespace: &str, name: &str) {
         self.pods().remove(&(namespace.to_owned(), name.to_owned()));
     }
 

@@ -22,9 +22,10 @@
 //! Pod usage comes from the resource metrics API (`metrics.k8s.io` PodMetrics,
 //! metrics-server on a real cluster), read uncached under the manifest's
 //! `[[grant.read]]`. When it cannot be read (metrics-server down, the read
-//! forbidden) nothing is scaled: the HPA's `ScalingActive` condition turns
-//! False with reason `FailedGetResourceMetric` and a Warning Event says why,
-//! as the Kubernetes HPA controller reports it.
+//! forbidden), or names none of the ready pods, nothing is scaled: the HPA's
+//! `ScalingActive` condition turns False with reason
+//! `FailedGetResourceMetric` and a Warning Event says why, as the Kubernetes
+//! HPA controller reports it.
 //!
 //! Config: options separated by commas: `sync-seconds=N` (default 15),
 //! `stabilization-seconds=N` (overrides the HPAs' scale-down window) and
@@ -35,7 +36,6 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use kinformer_sdk::api::ReadError;
 use kinformer_sdk::cluster::{self, EventType, ObjectRef, PatchType, WriteError};
 use kinformer_sdk::controller::{Action, Controller, ControllerRegistration, Request};
 use kinformer_sdk::k8s::api::apps::v1::Deployment;
@@ -111,8 +111,8 @@ impl Controller for HpaController {
                 info!("hpa {}: {why}", request.key);
                 return Ok(Action::done());
             }
-            Measurement::NoMetrics { current, error } => {
-                metrics_failed(&request.key, &hpa, current, &error)?;
+            Measurement::NoMetrics { current, why } => {
+                metrics_failed(&request.key, &hpa, current, &why)?;
                 return Ok(Action::done());
             }
         };
@@ -211,11 +211,12 @@ enum Measurement {
     Measured(Measured),
     /// Nothing to act on, and nothing to report on the HPA.
     Skip(String),
-    /// The resource metrics API did not answer: reported on the HPA, nothing
+    /// No usage to act on (the resource metrics API did not answer, or
+    /// answered for none of the ready pods): reported on the HPA, nothing
     /// scaled.
     NoMetrics {
         current: i32,
-        error: ReadError,
+        why: String,
     },
 }
 
@@ -253,23 +254,24 @@ fn measure(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<Measurement
         .parse()?;
     let usages = match pod_usages(namespace, &selector) {
         Ok(usages) => usages,
-        Err(error) => return Ok(Measurement::NoMetrics { current, error }),
+        Err(error) => {
+            let why = format!("unable to get metrics for resource cpu: {}", error.message());
+            return Ok(Measurement::NoMetrics { current, why });
+        }
     };
     Ok(match measure_pods(&target_ref.name, current, target, &pods, &usages) {
         Ok(measured) => Measurement::Measured(measured),
-        Err(why) => Measurement::Skip(why),
+        // As kube-controller-manager: metrics that name none of the ready
+        // pods are a failure to get the metric, said on the HPA.
+        Err(why) => Measurement::NoMetrics { current, why },
     })
 }
 
 /// Reports on the HPA that its metrics could not be read: the `ScalingActive`
 /// condition False with reason `FailedGetResourceMetric`, and a Warning Event,
 /// once per change of the message rather than every sync.
-fn metrics_failed(key: &str, hpa: &HorizontalPodAutoscaler, current: i32, error: &ReadError) -> Result<()> {
-    let message = format!(
-        "the HPA was unable to compute the replica count: failed to get cpu utilization: \
-         unable to get metrics for resource cpu: {}",
-        error.message()
-    );
+fn metrics_failed(key: &str, hpa: &HorizontalPodAutoscaler, current: i32, why: &str) -> Result<()> {
+    let message = format!("the HPA was unable to compute the replica count: failed to get cpu utilization: {why}");
     let reported = hpa
         .status
         .as_ref()
@@ -355,8 +357,11 @@ fn measure_pods(
             }
         }
     }
+    if pods.is_empty() {
+        return Err("no pods returned by selector while calculating replica count".into());
+    }
     if measured.ready == 0 || measured.requests == 0 {
-        return Err(format!("no ready pods with cpu metrics behind deployment {deployment}"));
+        return Err("did not receive metrics for any ready pods".into());
     }
     measured.utilization = measured.usage * 100 / measured.requests;
     Ok(measured)
@@ -547,8 +552,20 @@ mod tests {
     }
 
     #[test]
-    fn without_ready_pods_with_metrics_there_is_nothing_to_do() {
-        assert!(measure_pods("web", 2, 50, &[pod(false, None)]).is_err());
+    fn without_ready_pods_with_metrics_the_metric_is_missing() {
+        let missing = |pods: &[(Pod, Option<i64>)]| measure_pods("web", 2, 50, pods).map(|_| ()).unwrap_err();
+        assert_eq!(
+            missing(&[pod(false, None)]),
+            "did not receive metrics for any ready pods"
+        );
+        assert_eq!(
+            missing(&[pod(true, None)]),
+            "did not receive metrics for any ready pods"
+        );
+        assert_eq!(
+            missing(&[]),
+            "no pods returned by selector while calculating replica count"
+        );
     }
 
     #[test]
