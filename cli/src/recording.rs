@@ -25,6 +25,17 @@
 //! `Deleted`. An `Updated` delta's previous state is the one recorded before
 //! it, so it is not repeated. Lines that do not parse are refused with their
 //! line number.
+//!
+//! With `--plugin`, the recording also keeps that plugin's outbound HTTP:
+//! after the deltas, the plugin runs on them as `replay` runs it, but with
+//! its requests sent for real (under its grant), and each answer is a line
+//! of type `Http`, which `replay` answers the same request (method, URL,
+//! body) with, in order:
+//!
+//! ```text
+//! {"type":"Http","request":"POST https://hooks.slack.com:443/services/T0 9f86d0...","status":200,"headers":[["content-type","text/plain"]],"body":"b2s=","complete":true}
+//! {"type":"Http","request":"GET http://alertmanager.monitoring.svc:9093/api/v2/status e3b0c4...","outcome":"timeout"}
+//! ```
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;
@@ -34,9 +45,100 @@ use anyhow::Context as _;
 use kinformer::delta::{Delta, DeltaType};
 use kinformer::informer::{InformerKey, SharedInformerFactory};
 use kinformer::object::CachedObject;
+use kinformer::outbound::Outcome;
+use kinformer::plugin::{HttpAnswer, RecordedHttp};
 use kinformer::processor::ListenerOptions;
 use kube::api::GroupVersionKind;
 use serde::{Deserialize, Serialize};
+
+/// One `Http` line of a recording: a request, and the response it got or
+/// how it ended without one.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpLine {
+    #[serde(rename = "type")]
+    line_type: String,
+    request: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    headers: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    body: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    complete: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    outcome: Option<String>,
+}
+
+/// Writes a plugin's recorded outbound HTTP as `Http` lines.
+///
+/// # Errors
+///
+/// When writing fails.
+pub fn write_http(out: &mut (impl Write + ?Sized), answers: &[RecordedHttp]) -> anyhow::Result<()> {
+    use base64::Engine as _;
+    for (request, answer) in answers {
+        let line = match answer {
+            Ok(answer) => HttpLine {
+                line_type: "Http".into(),
+                request: request.clone(),
+                status: Some(answer.status),
+                headers: answer
+                    .headers
+                    .iter()
+                    .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_owned())))
+                    .collect(),
+                body: Some(base64::engine::general_purpose::STANDARD.encode(&answer.body)),
+                complete: answer.complete,
+                outcome: None,
+            },
+            Err(outcome) => HttpLine {
+                line_type: "Http".into(),
+                request: request.clone(),
+                status: None,
+                headers: Vec::new(),
+                body: None,
+                complete: false,
+                outcome: Some(outcome.as_str().to_owned()),
+            },
+        };
+        serde_json::to_writer(&mut *out, &line)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+fn read_http(line: HttpLine) -> anyhow::Result<RecordedHttp> {
+    use base64::Engine as _;
+    let answer = match (line.status, line.outcome.as_deref()) {
+        (Some(status), None) => {
+            let mut headers = http::HeaderMap::new();
+            for (name, value) in line.headers {
+                headers.append(
+                    http::HeaderName::try_from(name.as_str())?,
+                    http::HeaderValue::try_from(value.as_str())?,
+                );
+            }
+            let body = base64::engine::general_purpose::STANDARD.decode(line.body.unwrap_or_default())?;
+            let answer = HttpAnswer::new(status, headers, body.into());
+            Ok(if line.complete { answer } else { answer.cut() })
+        }
+        (None, Some(outcome)) => Err(Outcome::parse(outcome).with_context(|| format!("unknown outcome {outcome:?}"))?),
+        _ => anyhow::bail!("an Http line has a status or an outcome"),
+    };
+    Ok((line.request, answer))
+}
+
+/// A recording: the deltas, and a plugin's outbound HTTP when it was
+/// recorded with `--plugin`.
+#[derive(Debug, Default)]
+pub struct Recording {
+    /// The deltas, in order.
+    pub deltas: Vec<Recorded>,
+    /// The plugin's requests and their answers, in order.
+    pub http: Vec<RecordedHttp>,
+}
 
 /// One line of a recording.
 #[derive(Debug, Serialize, Deserialize)]
@@ -101,17 +203,36 @@ pub fn write_delta(out: &mut (impl Write + ?Sized), delta: &Delta) -> anyhow::Re
     Ok(())
 }
 
-/// Reads a recording.
+/// Reads a recording's deltas.
 ///
 /// # Errors
 ///
 /// When it cannot be read, or a line is not a recorded delta (with its number).
 pub fn read(recording: impl BufRead) -> anyhow::Result<Vec<Recorded>> {
+    Ok(read_recording(recording)?.deltas)
+}
+
+/// Reads a recording: its deltas, and its `Http` lines.
+///
+/// # Errors
+///
+/// When it cannot be read, or a line is neither a recorded delta nor an
+/// answer (with its number).
+pub fn read_recording(recording: impl BufRead) -> anyhow::Result<Recording> {
+    let mut http = Vec::new();
     let mut deltas = Vec::new();
     let mut gvks: Vec<Arc<GroupVersionKind>> = Vec::new();
     for (number, line) in recording.lines().enumerate() {
         let text = line?;
         if text.trim().is_empty() {
+            continue;
+        }
+        if text.starts_with("{\"type\":\"Http\"") {
+            let answer = serde_json::from_str(&text)
+                .map_err(anyhow::Error::from)
+                .and_then(read_http)
+                .with_context(|| format!("line {}", number + 1))?;
+            http.push(answer);
             continue;
         }
         let mut parsed = || -> anyhow::Result<Recorded> {
@@ -141,7 +262,7 @@ pub fn read(recording: impl BufRead) -> anyhow::Result<Vec<Recorded>> {
         };
         deltas.push(parsed().with_context(|| format!("line {}", number + 1))?);
     }
-    Ok(deltas)
+    Ok(Recording { deltas, http })
 }
 
 /// How often a resource that cannot be watched is listed again: metrics-server's

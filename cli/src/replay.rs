@@ -35,6 +35,22 @@
 //! the recorded state. Then come the replay's own lines: `ERROR` when `handle`
 //! or `reconcile` returned an error or the plugin trapped.
 //!
+//! # Settings and outbound HTTP
+//!
+//! The plugin runs with the environment `run` gives it: its manifest's
+//! `[env]` literals, and the values of its Secret- and ConfigMap-backed
+//! variables given with `--env NAME=VALUE` or `--env-from FILE` (a replay
+//! reads no cluster; one not given is left unset, and said so). Its HTTP
+//! requests are checked against its grant as the host checks them, and never
+//! sent: each is answered from the recording's `Http` lines (`kinformer
+//! record --plugin`), the same method, URL and body in order, or refused
+//! with an error that says a replay makes no requests. Each is one line:
+//!
+//! ```text
+//!  HTTP POST https://hooks.slack.com:443/services/T0: 200, answered from the recording
+//!  HTTP GET http://127.0.0.1:9/x: not sent: replay makes no requests, and the recording has no answer to it (...)
+//! ```
+//!
 //! # Comparing two versions
 //!
 //! [`compare`] pairs the calls of two replays of one recording (the same
@@ -54,7 +70,8 @@ use kinformer::cluster::{Cluster, Offline, WriteRecord};
 use kinformer::delta::{Delta, DeltaType};
 use kinformer::indexer::{Indexer, IndexerWriter, indexer};
 use kinformer::manifest::Manifest;
-use kinformer::plugin::{Error, LogLine, PluginEngine, PluginInstance, PluginOptions};
+use kinformer::outbound::{AddressPolicy, HttpObserver, HttpRecord, Outbound};
+use kinformer::plugin::{CallInputs, Error, LogLine, PluginEngine, PluginInstance, PluginOptions, RecordedHttp};
 use kinformer::registration::ControllerSpec;
 use kinformer::rollout::Comparison;
 use kinformer::runtime::prepare;
@@ -166,6 +183,7 @@ impl RecordedCaches {
 enum Printed {
     Log(LogLine),
     Write(WriteRecord),
+    Http(HttpRecord),
     Failed(String),
 }
 
@@ -179,6 +197,19 @@ impl std::fmt::Display for Printed {
                     (Some(message), _) => write!(f, " {}: {message}", record.outcome),
                     (None, Some(body)) => write!(f, " {body}"),
                     (None, None) => Ok(()),
+                }
+            }
+            Self::Http(record) => {
+                let url = record
+                    .intent
+                    .as_ref()
+                    .map_or(record.origin.as_str(), |intent| intent.url.as_str());
+                write!(f, " HTTP {} {url}: ", record.method)?;
+                match (record.status, &record.reason) {
+                    (Some(status), Some(reason)) => write!(f, "{status}, {reason}"),
+                    (Some(status), None) => write!(f, "{status}"),
+                    (None, Some(reason)) => write!(f, "{}: {reason}", record.outcome.as_str()),
+                    (None, None) => write!(f, "{}", record.outcome.as_str()),
                 }
             }
             Self::Failed(line) => write!(f, "ERROR {line}"),
@@ -206,10 +237,87 @@ pub fn replay(
     engine: &PluginEngine,
     out: &mut impl Write,
 ) -> anyhow::Result<Outcome> {
+    let setup = Setup {
+        config: config.map(str::to_owned),
+        ..Setup::default()
+    };
+    replay_with(plugin, recording, &setup, engine, out)
+}
+
+/// What a replay gives the plugin besides the recording.
+#[derive(Debug, Default)]
+pub struct Setup {
+    /// The config string passed to `init` (default: the manifest's).
+    pub config: Option<String>,
+    /// Values of the plugin's Secret- and ConfigMap-backed variables, by name.
+    pub env: Vec<(String, String)>,
+    /// How its outbound HTTP is answered.
+    pub http: Http,
+}
+
+/// How a replayed plugin's outbound HTTP is answered.
+#[derive(Debug, Default)]
+pub enum Http {
+    /// None: every request is refused, saying a replay makes no requests.
+    #[default]
+    Refused,
+    /// From these recorded answers, each once.
+    Recorded(Vec<RecordedHttp>),
+    /// Sent for real under the plugin's grant, never to `policy`'s
+    /// addresses; every answer kept into `into` (`kinformer record --plugin`).
+    Live {
+        /// The addresses no request reaches (the API server's).
+        policy: AddressPolicy,
+        /// Where the answers are kept.
+        into: Arc<CallInputs>,
+    },
+}
+
+/// The plugin's environment for a replay: its manifest's literals, and the
+/// values `given` for its Secret- and ConfigMap-backed variables. Those not
+/// given are left out, each said in a line of `missing`.
+fn replay_env(manifest: &Manifest, given: &[(String, String)], missing: &mut Vec<String>) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for var in &manifest.env {
+        let value = match &var.value {
+            kinformer::manifest::EnvValue::Literal(value) => Some(value.clone()),
+            kinformer::manifest::EnvValue::Secret(key) | kinformer::manifest::EnvValue::ConfigMap(key) => {
+                let found = given
+                    .iter()
+                    .find(|(name, _)| *name == var.name)
+                    .map(|(_, value)| value.clone());
+                if found.is_none() {
+                    missing.push(format!(
+                        "{} (key {} of {}/{}) is not set: a replay reads no cluster; give it with --env {}=VALUE or --env-from FILE",
+                        var.name, key.key, key.namespace, key.name, var.name
+                    ));
+                }
+                found
+            }
+        };
+        if let Some(value) = value {
+            env.push((var.name.clone(), value));
+        }
+    }
+    env
+}
+
+/// [`replay`] with `setup`: the plugin's config, the values of its
+/// settings, and how its HTTP requests are answered.
+///
+/// # Errors
+///
+/// As [`replay`].
+pub fn replay_with(
+    plugin: &Path,
+    recording: &[Recorded],
+    setup: &Setup,
+    engine: &PluginEngine,
+    out: &mut impl Write,
+) -> anyhow::Result<Outcome> {
     let manifest = Manifest::for_plugin(plugin)?;
-    let config = config.unwrap_or(&manifest.config);
-    let bytes = kinformer::file::read_regular(plugin, manifest.limits.module_bytes)
-        .with_context(|| format!("{}: cannot read the plugin file (limits.module-mib)", plugin.display()))?;
+    let config = setup.config.as_deref().unwrap_or(&manifest.config);
+    let bytes = crate::check::read_plugin(plugin, &manifest)?;
     let component = engine.load_file_bytes(plugin, &bytes)?;
     let printed: Lines = Arc::default();
     // A replay runs faster than the deltas came: neither its lines nor its
@@ -240,9 +348,42 @@ pub fn replay(
         })),
     );
     let logs = Arc::clone(&printed);
+    let requests = Arc::clone(&printed);
+    let observer: HttpObserver = Arc::new(move |record: &HttpRecord| {
+        lock(&requests).push(Printed::Http(record.clone()));
+    });
+    let grant = manifest.grant.http().clone();
+    let outbound = match &setup.http {
+        Http::Refused => Outbound::new(
+            component.name(),
+            grant,
+            AddressPolicy::default(),
+            &limits,
+            Some(observer),
+        )
+        .replaying(CallInputs::answering([])),
+        Http::Recorded(answers) => Outbound::new(
+            component.name(),
+            grant,
+            AddressPolicy::default(),
+            &limits,
+            Some(observer),
+        )
+        .replaying(CallInputs::answering(answers.iter().cloned())),
+        Http::Live { policy, into } => {
+            Outbound::new(component.name(), grant, policy.clone(), &limits, Some(observer)).recording(Arc::clone(into))
+        }
+    };
+    let mut missing = Vec::new();
+    let env = replay_env(&manifest, &setup.env, &mut missing);
+    for line in missing {
+        writeln!(out, " WARN {line}")?;
+    }
     let options = PluginOptions::with_limits(limits)
         .grant(manifest.grant.clone())
         .writer(writer)
+        .outbound(outbound)
+        .env(env)
         .log_sink(Arc::new(move |_plugin: &str, line: &LogLine| {
             lock(&logs).push(Printed::Log(line.clone()));
         }));

@@ -12,7 +12,7 @@ use apiserver_sim::store::ResourceId;
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_cli::recording::{self, parse_resource};
-use kinformer_cli::replay::{Outcome, compare, replay};
+use kinformer_cli::replay::{Http, Outcome, Setup, compare, replay, replay_with};
 use kinformer_tests::engine;
 use kinformer_tests::guest::{Language, World, compile_cache, component, root};
 use kinformer_tests::runtime::{Logged, Logs, caught_up, cluster, install, server_changes, until};
@@ -421,4 +421,116 @@ async fn replay_compare_prints_where_two_controller_versions_write_differently_a
     let again = compare(&running, &run("hpa"));
     assert!(again.lines().is_empty(), "{:#?}", again.lines());
     assert_eq!((again.exit_code(), again.outcomes.get("same")), (0, Some(&1)));
+}
+
+/// Two pod deltas in namespace `shop`.
+fn two_pods() -> Vec<kinformer_cli::recording::Recorded> {
+    let pod = ("v1", "Pod");
+    let recording = [
+        recorded_line("Added", true, pod, "web-a", 1, None),
+        recorded_line("Added", false, pod, "web-b", 2, None),
+    ]
+    .concat();
+    recording::read(recording.as_bytes()).unwrap()
+}
+
+/// Replays `deltas` into hostile (`config`, `manifest`) with `setup`; the
+/// lines printed.
+fn replayed_with(manifest: &str, deltas: &[kinformer_cli::recording::Recorded], setup: &Setup) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), "probe", "hostile.wasm", Some(manifest));
+    let mut out = Vec::new();
+    replay_with(&dir.path().join("probe.wasm"), deltas, setup, engine(), &mut out).unwrap();
+    String::from_utf8(out).unwrap().lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn a_replay_sets_the_manifest_s_env_and_the_values_given_for_secrets() {
+    let manifest =
+        "config = \"env=TOKEN\"\n[env]\nTOKEN = { secret = \"shop/api\", key = \"token\" }\nMODE = \"literal\"\n";
+    let unset = replayed_with(manifest, &two_pods(), &Setup::default());
+    assert!(
+        unset[0].contains(
+            "TOKEN (key token of shop/api) is not set: a replay reads no cluster; give it with --env TOKEN=VALUE"
+        ),
+        "{unset:#?}"
+    );
+    assert!(unset.contains(&" INFO env TOKEN unset".to_owned()), "{unset:#?}");
+    let given = Setup {
+        env: vec![("TOKEN".into(), "s3cret".into())],
+        ..Setup::default()
+    };
+    let lines = replayed_with(manifest, &two_pods(), &given);
+    assert!(lines.contains(&" INFO env TOKEN=s3cret".to_owned()), "{lines:#?}");
+    let literal = replayed_with(
+        &manifest.replace("env=TOKEN", "env=MODE"),
+        &two_pods(),
+        &Setup::default(),
+    );
+    assert!(literal.contains(&" INFO env MODE=literal".to_owned()), "{literal:#?}");
+}
+
+#[test]
+fn a_replay_answers_http_from_what_record_kept_and_never_sends() {
+    // The server runs on a runtime of its own; the replays, like the
+    // command's, on this thread.
+    let server = tokio::runtime::Runtime::new().unwrap();
+    let (web, received) = server.block_on(kinformer_tests::http::serve());
+    let origin = format!("http://{web}");
+    let manifest = format!(
+        "config = \"fetch={origin}/ok?replayed\"\n[grant.http]\nallow = [\"{origin}\"]\nnetworks = [\"127.0.0.1/32\"]\n"
+    );
+    // Without answers: refused, saying a replay sends nothing.
+    let refused = replayed_with(&manifest, &two_pods(), &Setup::default());
+    assert!(
+        refused.iter().any(|line| line.starts_with(&format!(
+            " HTTP GET {origin}/ok?replayed: not-sent: not sent: replay makes no requests"
+        ))),
+        "{refused:#?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|line| line.contains("fetch error failed") && line.contains("replay makes no requests")),
+        "{refused:#?}"
+    );
+    assert_eq!(received.count("?replayed"), 0);
+
+    // Recorded live (as `record --plugin` does), then answered from it.
+    let into = std::sync::Arc::new(kinformer::plugin::CallInputs::default());
+    let deltas = two_pods();
+    let live = Setup {
+        http: Http::Live {
+            policy: kinformer::outbound::AddressPolicy::default(),
+            into: std::sync::Arc::clone(&into),
+        },
+        ..Setup::default()
+    };
+    let lines = replayed_with(&manifest, &deltas, &live);
+    assert!(lines.contains(&" INFO fetch 200 5".to_owned()), "{lines:#?}");
+    assert_eq!(received.count("?replayed"), 2);
+    let answers = into.http_answers();
+    assert_eq!(answers.len(), 2, "{answers:#?}");
+    let mut file = Vec::new();
+    recording::write_http(&mut file, &answers).unwrap();
+    let kept = recording::read_recording(&file[..]).unwrap().http;
+    assert_eq!(kept, answers, "an Http line reads back as written");
+
+    let answered = Setup {
+        http: Http::Recorded(kept[..1].to_vec()),
+        ..Setup::default()
+    };
+    let lines = replayed_with(&manifest, &two_pods(), &answered);
+    assert_eq!(
+        lines.iter().filter(|line| *line == " INFO fetch 200 5").count(),
+        1,
+        "one answer, used once: {lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains("200, answered with the recording's answer, not sent")),
+        "{lines:#?}"
+    );
+    assert_eq!(received.count("?replayed"), 2, "a replay sent a request");
 }

@@ -96,6 +96,23 @@ impl Outcome {
         }
     }
 
+    /// The outcome [`Outcome::as_str`] names.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Self::Ok,
+            Self::Denied,
+            Self::Forbidden,
+            Self::Throttled,
+            Self::Timeout,
+            Self::TooLarge,
+            Self::Error,
+            Self::NotSent,
+        ]
+        .into_iter()
+        .find(|outcome| outcome.as_str() == text)
+    }
+
     /// True when the plugin's own grant or limits refused the request: what
     /// a rollout counts against a next version, as it counts refused writes.
     #[must_use]
