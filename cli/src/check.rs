@@ -67,8 +67,7 @@ pub fn check(plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
 pub fn check_with(engine: &PluginEngine, plugin: &Path, config: Option<&str>) -> anyhow::Result<Report> {
     let manifest = Manifest::for_plugin(plugin)?;
     let config = config.unwrap_or(&manifest.config);
-    let bytes = kinformer::file::read_regular(plugin, manifest.limits.module_bytes)
-        .with_context(|| format!("{}: cannot read the plugin file (limits.module-mib)", plugin.display()))?;
+    let bytes = read_plugin(plugin, &manifest)?;
     let size = bytes.len() as u64;
     let started = std::time::Instant::now();
     let component = engine.load_file_bytes(plugin, &bytes)?;
@@ -114,6 +113,27 @@ pub fn check_with(engine: &PluginEngine, plugin: &Path, config: Option<&str>) ->
             .map(|names| names.iter().cloned().collect()),
         http: manifest.grant.http().clone(),
         env: manifest.env,
+    })
+}
+
+/// The plugin file's bytes, within its manifest's `limits.module-mib`.
+///
+/// # Errors
+///
+/// When the file cannot be read, is not a regular file, or is over the limit
+/// (naming it).
+pub(crate) fn read_plugin(plugin: &Path, manifest: &Manifest) -> anyhow::Result<Vec<u8>> {
+    kinformer::file::read_regular(plugin, manifest.limits.module_bytes).map_err(|error| {
+        let over = matches!(error, kinformer::file::FileError::TooLarge { .. });
+        let error = anyhow::Error::from(error);
+        if over {
+            error.context(format!(
+                "{}: the plugin file is too large (limits.module-mib)",
+                plugin.display()
+            ))
+        } else {
+            error.context(format!("{}: cannot read the plugin file", plugin.display()))
+        }
     })
 }
 
@@ -223,6 +243,12 @@ impl fmt::Display for Report {
         }
         for entry in self.http.entries() {
             writeln!(f, "  http to {entry}")?;
+        }
+        for network in self.http.networks() {
+            writeln!(f, "  http opens network {network}")?;
+        }
+        for problem in self.http.problems() {
+            writeln!(f, "  WARNING http: {problem}")?;
         }
         for var in &self.env {
             match &var.value {

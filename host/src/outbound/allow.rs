@@ -300,6 +300,45 @@ fn has_dot_segment(path: &str) -> bool {
     path.split('/').any(|segment| segment == "." || segment == "..")
 }
 
+/// Why a name on the allow-list can never work, if it cannot.
+fn name_problem(name: &str, networks: &[IpNet]) -> Option<String> {
+    const METADATA_NAMES: &[&str] = &[
+        "metadata.google.internal",
+        "metadata.goog",
+        "instance-data",
+        "instance-data.ec2.internal",
+        "metadata.tencentyun.com",
+    ];
+    const API_SERVER_NAMES: &[&str] = &[
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ];
+    let loopback_opened = networks
+        .iter()
+        .any(|network| network.contains(&IpAddr::from([127, 0, 0, 1])));
+    if METADATA_NAMES.contains(&name) {
+        Some(format!(
+            "{name} is a cloud's metadata service, which no plugin ever reaches"
+        ))
+    } else if API_SERVER_NAMES.contains(&name) {
+        Some(format!(
+            "{name} is the API server, which plugins reach through the host ([[grant.read]], [[grant.write]]), never by HTTP"
+        ))
+    } else if (name == "localhost" || name.ends_with(".localhost")) && !loopback_opened {
+        Some(format!(
+            "{name} is loopback, refused unless networks opens it, e.g. networks = [\"127.0.0.1/32\"]"
+        ))
+    } else if (name.ends_with(".svc") || name.ends_with(".cluster.local")) && networks.is_empty() {
+        Some(format!(
+            "{name} is a cluster Service, whose private address is refused unless networks opens the cluster's Service range, e.g. networks = [\"10.96.0.0/12\"]"
+        ))
+    } else {
+        None
+    }
+}
+
 /// True when `path` is `prefix` or below it: `/hooks/ok` is under `/hooks/ok`
 /// and `/hooks/`, not under `/hooks/o`.
 fn under(path: &str, prefix: &str) -> bool {
@@ -421,6 +460,43 @@ impl HttpGrant {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.allow.is_empty()
+    }
+
+    /// What can never work in the grant, one sentence each: an entry naming
+    /// an address no plugin reaches (a metadata service, an unspecified
+    /// address), or one refused unless `networks` opens it (a loopback,
+    /// private or link-local literal, `localhost`, a cluster Service's
+    /// name), or the API server by its in-cluster name. `kinformer check`
+    /// prints them.
+    #[must_use]
+    pub fn problems(&self) -> Vec<String> {
+        let policy = super::AddressPolicy::default();
+        let mut problems = Vec::new();
+        for entry in &self.allow {
+            match &entry.host {
+                HostPattern::Exact(Host::Ip(ip)) => {
+                    match policy.check(std::net::SocketAddr::new(*ip, entry.port), &self.networks) {
+                        Ok(()) => {}
+                        Err(forbidden) if forbidden.can_be_opened() => problems.push(format!(
+                            "{entry}: {ip} is {}: add a network that holds it, e.g. networks = [\"{}\"]",
+                            forbidden.describe(),
+                            IpNet::from(*ip)
+                        )),
+                        Err(forbidden) => problems.push(format!(
+                            "{entry}: {ip} is {}, which no plugin ever reaches",
+                            forbidden.describe()
+                        )),
+                    }
+                }
+                HostPattern::Exact(Host::Name(name)) => {
+                    if let Some(problem) = name_problem(name, &self.networks) {
+                        problems.push(format!("{entry}: {problem}"));
+                    }
+                }
+                HostPattern::Subdomains(_) | HostPattern::Any => {}
+            }
+        }
+        problems
     }
 
     /// True when `ip`, refused by default, is in a network the grant opens.
@@ -558,6 +634,49 @@ mod tests {
         assert_eq!(normalize_path("/a/%25"), None);
         assert_eq!(normalize_path("/a/%"), None);
         assert_eq!(normalize_path("/a\\b"), None);
+    }
+
+    #[test]
+    fn entries_that_can_never_work_are_named() {
+        let problems = |entries: &[&str], networks: &[&str]| {
+            HttpGrant::new(entries.iter().copied())
+                .unwrap()
+                .with_networks(networks.iter().copied())
+                .unwrap()
+                .problems()
+        };
+        let found = problems(
+            &[
+                "http://169.254.169.254/latest/",
+                "http://127.0.0.1:8080",
+                "http://localhost:9000",
+                "http://metadata.google.internal",
+                "https://kubernetes.default.svc",
+                "http://alertmanager.monitoring.svc:9093",
+                "https://hooks.slack.com/services/",
+                "http://0.0.0.0:80",
+            ],
+            &[],
+        );
+        assert_eq!(found.len(), 7, "{found:#?}");
+        assert!(
+            found[0].contains("a cloud metadata service, which no plugin ever reaches"),
+            "{}",
+            found[0]
+        );
+        assert!(found[1].contains("networks = [\"127.0.0.1/32\"]"), "{}", found[1]);
+        assert!(found[2].contains("localhost is loopback"), "{}", found[2]);
+        assert!(found[3].contains("metadata service"), "{}", found[3]);
+        assert!(found[4].contains("the API server"), "{}", found[4]);
+        assert!(found[5].contains("cluster Service"), "{}", found[5]);
+        assert!(found[6].contains("unspecified"), "{}", found[6]);
+        assert!(
+            problems(
+                &["http://127.0.0.1:8080", "http://localhost:1", "http://a.b.svc"],
+                &["127.0.0.0/8", "10.96.0.0/12"]
+            )
+            .is_empty()
+        );
     }
 
     #[test]
