@@ -19,7 +19,11 @@ pub async fn get(address: SocketAddr, path: &str) -> anyhow::Result<bytes::Bytes
 
     let stream = tokio::net::TcpStream::connect(address)
         .await
-        .with_context(|| format!("connecting to the status address {address}"))?;
+        .with_context(|| {
+            format!(
+                "connecting to the status address {address}: is a host running with `kinformer run --status-addr {address}`?"
+            )
+        })?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     tokio::spawn(connection);
     let request = hyper::Request::get(path)

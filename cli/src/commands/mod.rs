@@ -101,12 +101,6 @@ impl CacheArgs {
     }
 }
 
-/// A client of the cluster `kubeconfig` names, or the one the environment
-/// configures.
-pub(crate) async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    Ok(kube::Client::try_from(cluster(kubeconfig).await?)?)
-}
-
 /// The cluster's configuration: from `kubeconfig`, or as kubectl finds it,
 /// with the proxy kubectl would take from the environment.
 pub(crate) async fn cluster(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {

@@ -6,7 +6,8 @@ use kinformer_cli::scaffold::{self, Language, SdkSource, World};
 
 /// Write a new plugin project: a plugin that logs deltas (or a
 /// controller that logs each object it reconciles), its build, a
-/// manifest with a narrow grant, and a README of three commands.
+/// manifest granting it pods in every namespace (narrow it to the plugin's
+/// namespaces before deploying), and a README of three commands.
 #[derive(Debug, clap::Args)]
 pub(crate) struct New {
     /// The plugin's name; also the project's directory (see --dir).

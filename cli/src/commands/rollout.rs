@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 
 /// Show how a plugin's next version (NAME.next.wasm) fares beside the running
-/// one, from a running host's status address.
+/// one, from a running host's status address: the host must serve one
+/// (`kinformer run --status-addr 127.0.0.1:9090`).
 #[derive(Debug, clap::Args)]
 pub(crate) struct Rollout {
     #[command(subcommand)]
@@ -17,7 +18,7 @@ enum RolloutCommand {
     Status {
         /// The running plugin's name.
         name: String,
-        /// The host's status address (its --status-addr).
+        /// The host's status address: what its `kinformer run --status-addr` was.
         #[arg(long, default_value = "127.0.0.1:9090")]
         status_addr: SocketAddr,
     },

@@ -2,7 +2,8 @@
 //! Python or JavaScript: a plugin that logs the deltas it receives (or a
 //! controller that logs each object it reconciles), its build,
 //! the WIT contract (a copy, or for Rust the SDK that binds it), a manifest
-//! with a narrow grant, and a README of three commands.
+//! granting it pods in every namespace (a comment says how to narrow it),
+//! and a README of three commands.
 
 use std::path::{Path, PathBuf};
 

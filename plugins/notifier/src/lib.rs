@@ -10,9 +10,12 @@
 //! that it posts nothing.
 //!
 //! A pod is reported when it starts crash-looping and again only after it
-//! recovered; an Event once per object, reason and message. Events of the
-//! initial list happened before the plugin started and are not reported;
-//! `BackOff` Events of pods are not either, as the pod's own report says it.
+//! recovered; an Event once per object, reason and message. What the initial
+//! list holds (the cache handed over at every start, swap or change of the
+//! plugin's settings) was there before: a pod crash-looping in it is taken
+//! note of, its Events are not reported, so a restarted or swapped notifier
+//! does not post everything again. `BackOff` Events of pods are not reported
+//! either, as the pod's own report says it.
 //! A notification the webhook refused or that could not be sent is logged
 //! and tried again on the object's next change.
 
@@ -55,7 +58,14 @@ impl Handler for Notifier {
             DeltaType::Deleted => None,
             _ => Some(delta.value()?),
         };
+        // The initial list (at every start, swap or settings change) is the
+        // cache handed over again: pods crash-looping in it were announced
+        // before, so they are taken note of, not posted.
         let notification = match delta.gvk().kind.as_str() {
+            "Pod" if delta.is_initial_list() => {
+                self.pod(delta.key(), object.as_ref());
+                None
+            }
             "Pod" => self.pod(delta.key(), object.as_ref()),
             "Event" if !delta.is_initial_list() => object.as_ref().and_then(|event| self.event(event)),
             _ => None,

@@ -15,7 +15,11 @@ class Plugin extends Handler {
   }
 
   handle(delta) {
-    info(`${delta.type} ${delta.gvk.kind} ${delta.key} rv=${delta.resourceVersion}`);
+    // Every start, swap or settings change hands the plugin the whole cache
+    // again as Added, flagged initial list: rebuild state from it, but act
+    // on the outside world only for what changes after it.
+    const initial = delta.isInitialList ? " (initial list)" : "";
+    info(`${delta.type} ${delta.gvk.kind} ${delta.key} rv=${delta.resourceVersion}${initial}`);
   }
 }
 

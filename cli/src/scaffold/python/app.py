@@ -16,7 +16,11 @@ class Plugin(kinformer.Handler):
         return registration
 
     def handle(self, delta):
-        kinformer.info(f"{delta.type} {delta.gvk.kind} {delta.key} rv={delta.resource_version}")
+        # Every start, swap or settings change hands the plugin the whole
+        # cache again as Added, flagged initial list: rebuild state from it,
+        # but act on the outside world only for what changes after it.
+        initial = " (initial list)" if delta.is_initial_list else ""
+        kinformer.info(f"{delta.type} {delta.gvk.kind} {delta.key} rv={delta.resource_version}{initial}")
 
 
 WitWorld = kinformer.plugin(Plugin)

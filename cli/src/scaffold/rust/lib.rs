@@ -22,8 +22,13 @@ impl Handler for Plugin {
     }
 
     fn handle(&mut self, delta: Delta) -> Result<()> {
+        // Every start, swap or settings change hands the plugin the whole
+        // cache again as `Added`, flagged initial list: rebuild state from
+        // it, but act on the outside world (post, page, write) only for
+        // what changes after it.
+        let initial = if delta.is_initial_list() { " (initial list)" } else { "" };
         info!(
-            "{:?} {} {} rv={}",
+            "{:?} {} {} rv={}{initial}",
             delta.delta_type(),
             delta.gvk().kind,
             delta.key(),
