@@ -24,7 +24,9 @@
 //!   tools and tests.
 //!
 //! The crate re-exports the libraries its API speaks in ([`kube`],
-//! [`wasmtime`], [`prometheus_client`]), so an embedder's versions match.
+//! [`k8s_openapi`], [`wasmtime`], [`prometheus_client`], [`http`]), so an
+//! embedder's versions match; `docs/embedding.md` says which versions those
+//! are.
 //!
 //! # Examples
 //!
@@ -50,14 +52,24 @@
 #![warn(missing_docs)]
 
 pub use http;
+pub use k8s_openapi;
 pub use kube;
 pub use prometheus_client;
 pub use wasmtime;
 
-pub use informer::SharedInformerFactory;
+pub use delta::Delta;
+pub use grant::Grant;
+pub use informer::{InformerKey, SharedIndexInformer, SharedInformerFactory};
 pub use manifest::Manifest;
 pub use plugin::{PluginComponent, PluginEngine};
-pub use runtime::{EmbeddedPlugin, PluginState, PluginStatus, Runtime, RuntimeConfig};
+pub use processor::ListenerOptions;
+pub use runtime::{EmbeddedPlugin, Error, PluginState, PluginStatus, Runtime, RuntimeConfig};
+
+/// The embedding guide (`docs/embedding.md`), whose Rust blocks are compiled
+/// as this crate's doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/embedding.md")]
+pub struct EmbeddingGuide;
 
 pub mod caches;
 pub mod cluster;
