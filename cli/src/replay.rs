@@ -31,7 +31,7 @@
 //! host checks it (with no write rate), and a write it admits is answered as
 //! a server would plausibly answer it, from the recorded state as of the
 //! current delta: the object with the write applied and a new
-//! resourceVersion ([`kinformer::cluster::Offline`]). Writes do not change
+//! resourceVersion ([`kinformer::apiserver::Offline`]). Writes do not change
 //! the recorded state. Then come the replay's own lines: `ERROR` when `handle`
 //! or `reconcile` returned an error or the plugin trapped.
 //!
@@ -62,11 +62,11 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
+use kinformer::apiserver::{Cluster, Offline, WriteRecord};
 use kinformer::caches::Caches;
-use kinformer::cluster::{Cluster, Offline, WriteRecord};
 use kinformer::delta::{Delta, DeltaType};
 use kinformer::indexer::{Indexer, IndexerWriter, indexer};
 use kinformer::manifest::Manifest;
@@ -79,6 +79,7 @@ use kinformer_selector::Selector;
 use kube::api::GroupVersionKind;
 
 use crate::recording::Recorded;
+use kinformer::informers::Recover as _;
 
 /// How a replay ended.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -635,5 +636,5 @@ pub fn compare(first: &Outcome, second: &Outcome) -> Compared {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+    mutex.lock().recover()
 }

@@ -153,6 +153,25 @@ fn needed(dir: &Path, cache: &Path) -> BTreeSet<Permission> {
                 }
             }
         }
+        if !manifest.grant.http().is_empty() {
+            // The API server's addresses, refused to plugins' HTTP, followed.
+            for verb in ["get", "list", "watch"] {
+                needed.insert((
+                    "default".into(),
+                    String::new(),
+                    "services#kubernetes".into(),
+                    verb.into(),
+                ));
+            }
+            for verb in ["list", "watch"] {
+                needed.insert((
+                    "default".into(),
+                    "discovery.k8s.io".into(),
+                    "endpointslices".into(),
+                    verb.into(),
+                ));
+            }
+        }
         for var in &manifest.env {
             let (resource, key) = match &var.value {
                 EnvValue::Literal(_) => continue,
@@ -220,9 +239,10 @@ fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_
         [
             ("ClusterRoleBinding", "ClusterRole"),
             ("RoleBinding", "Role"),
+            ("RoleBinding", "Role"),
             ("RoleBinding", "Role")
         ],
-        "the Leases' namespace, and notifier's Secret's"
+        "the API server's Service in default, the Leases' namespace, and notifier's Secret's"
     );
 
     // deploy/base/rbac.yaml is what `kinformer rbac` prints.
@@ -243,7 +263,9 @@ fn the_rbac_of_the_examples_matches_their_grants_and_the_deploy_manifests_carry_
             "ServiceAccount",
             "Role",
             "Role",
+            "Role",
             "ClusterRole",
+            "RoleBinding",
             "RoleBinding",
             "RoleBinding",
             "ClusterRoleBinding",

@@ -71,49 +71,21 @@ pub use runtime::{EmbeddedPlugin, Error, PluginState, PluginStatus, Runtime, Run
 #[doc = include_str!("../../docs/embedding.md")]
 pub struct EmbeddingGuide;
 
-pub mod caches;
-pub mod cluster;
-pub mod delta;
-pub mod file;
+pub mod apiserver;
 pub mod grant;
-pub mod index;
-pub mod indexer;
-pub mod informer;
-pub mod leader;
-pub mod limits;
 pub mod manifest;
-pub mod object;
 pub mod outbound;
 pub mod plugin;
-pub mod processor;
-pub(crate) mod rate;
-pub mod rbac;
-pub mod reflector;
-pub mod registration;
-pub mod retry;
 pub mod rollout;
 pub mod runtime;
-pub mod scope;
-pub mod text;
-pub mod workqueue;
 
-/// Kubernetes label selectors.
-pub use kinformer_selector as selector;
+pub use grant::rbac;
+pub use manifest::limits;
+pub use plugin::{file, registration, text};
 
-/// An error and its sources on one line: each source that its parent's message
-/// does not already include, joined by `: `, with whitespace (wasmtime's
-/// multi-line backtraces) collapsed.
-#[must_use]
-pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
-}
+/// The informers, client-go's `tools/cache` (the crate `kinformer-informers`).
+pub use kinformer_informers as informers;
+pub use kinformer_informers::{
+    caches, delta, index, indexer, informer, leader, object, one_line, processor, rate, reflector, retry, scope,
+    selector, workqueue,
+};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cluster::WriteRecord;
+use crate::apiserver::WriteRecord;
 
 /// How a next version runs beside the running one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -88,15 +88,13 @@ pub fn key_share(key: &str) -> u8 {
     (stable_hash(key) % 100) as u8
 }
 
-/// FNV-1a of `text`: the same in every process and release.
+pub use kinformer_informers::stable_hash;
+
+/// The Lease group of plugin `name`: a next version runs only where the
+/// plugin it is the next version of runs, so both share the plugin's Lease.
 #[must_use]
-pub fn stable_hash(text: &str) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
+pub fn lease_group(name: &str) -> &str {
+    next_of(name).unwrap_or(name)
 }
 
 /// True when a canary at `percent` owns `key`.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use std::path::Path;
 
+use kinformer::apiserver::{Cluster, Offline};
 use kinformer::caches::Caches;
-use kinformer::cluster::{Cluster, Offline};
 use kinformer::delta::{Delta, DeltaType};
 use kinformer::grant::{Grant, WriteMode};
 use kinformer::indexer::indexer;

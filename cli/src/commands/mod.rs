@@ -114,7 +114,7 @@ pub(crate) async fn cluster(kubeconfig: Option<&Path>) -> anyhow::Result<kube::C
             .await
             .context("no cluster configured: pass --kubeconfig or set KUBECONFIG")?,
     };
-    kinformer::cluster::proxy::apply_environment(&mut config, |name| std::env::var(name).ok());
+    kinformer::apiserver::proxy::apply_environment(&mut config, |name| std::env::var(name).ok());
     Ok(config)
 }
 

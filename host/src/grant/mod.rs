@@ -11,13 +11,14 @@
 //!
 //! Writes are granted apart, by [`WriteRule`]s: verbs on resources (and
 //! subresources) in namespaces. [`Grant::allows_write`] is the one check every
-//! write passes before it is sent ([`crate::cluster::Writer`]). The default
+//! write passes before it is sent ([`crate::apiserver::Writer`]). The default
 //! grant writes nothing.
 
 use std::fmt;
 
 use kube::api::GroupVersionKind;
 
+pub mod rbac;
 mod review;
 mod write;
 

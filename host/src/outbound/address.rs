@@ -27,6 +27,7 @@
 //! An address that embeds an IPv4 address (NAT64, 6to4, Teredo) is refused
 //! when the IPv4 address it carries would be.
 
+use kinformer_informers::Recover as _;
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, RwLock};
@@ -186,11 +187,11 @@ impl AddressPolicy {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Known> {
-        self.known.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.known.read().recover()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Known> {
-        self.known.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.known.write().recover()
     }
 
     /// Whether `address` may be connected to by a plugin whose grant opens

@@ -33,7 +33,7 @@
 //! [`AUDIT_LINES`] per [`AUDIT_WINDOW`] and then one line counting the rest,
 //! and one [`HttpRecord`] for the plugin's status and `/metrics`.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
@@ -55,6 +55,7 @@ pub(crate) use send::RESPONSE_BUFFER_BYTES;
 
 use crate::limits::Limits;
 use crate::rate::TokenBucket;
+use kinformer_informers::Recover as _;
 
 /// How an outbound request ended, as the audit and `/metrics` name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -472,11 +473,7 @@ impl Shared {
     fn admit(&self, uri: &http::Uri) -> Result<(Target, tokio::sync::OwnedSemaphorePermit), Refused> {
         let target = Target::parse(uri);
         let origin = target.as_ref().map_or_else(|_| shown_origin(uri), Target::origin);
-        let taken = self
-            .bucket
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .try_take(tokio::time::Instant::now());
+        let taken = self.bucket.lock().recover().try_take(tokio::time::Instant::now());
         if !taken {
             return Err(Refused {
                 origin,
@@ -545,11 +542,7 @@ impl Shared {
             ),
             outcome => {
                 let now = std::time::Instant::now();
-                let gate = self
-                    .audit
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .pass(now, outcome);
+                let gate = self.audit.lock().recover().pass(now, outcome);
                 if let Some(summary) = gate.summary {
                     tracing::warn!(
                         target: "kinformer::audit",

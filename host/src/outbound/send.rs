@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
 use super::{Forbidden, Host, HttpRecord, Outcome, ResolveError, Scheme, Shared, Target};
 use crate::limits::Limits;
+use kinformer_informers::Recover as _;
 
 /// The times one request is held to.
 #[derive(Debug, Clone, Copy)]
@@ -147,7 +148,7 @@ pub(super) async fn send(
         tokio::select! {
             _ = connection => {}
             () = tokio::time::sleep_until(deadline) => {
-                let pending = at_deadline.lock().unwrap_or_else(PoisonError::into_inner).take();
+                let pending = at_deadline.lock().recover().take();
                 if let Some(report) = pending {
                     report.record(Outcome::Timeout, 0);
                 }
@@ -170,7 +171,7 @@ pub(super) async fn send(
         .map_err(|error| request_error(&error))?;
     let status = response.status().as_u16();
     let kept = finish.keep.is_some().then(|| response.headers().clone());
-    *report.lock().unwrap_or_else(PoisonError::into_inner) = Some(Report {
+    *report.lock().recover() = Some(Report {
         finish,
         status,
         _permit: permit,
@@ -361,10 +362,7 @@ impl Capped {
     /// Records the request once, with how it ended (unless its deadline
     /// recorded it first); a kept response is handed to the shadow.
     fn end(&mut self, outcome: Outcome) {
-        let pending = self
-            .report
-            .take()
-            .and_then(|report| report.lock().unwrap_or_else(PoisonError::into_inner).take());
+        let pending = self.report.take().and_then(|report| report.lock().recover().take());
         if let Some(report) = pending {
             if let (Some((headers, body)), Some(keep)) = (self.kept.take(), &report.finish.keep)
                 && matches!(outcome, Outcome::Ok | Outcome::Error)

@@ -1,8 +1,8 @@
 //! The host side of the `cluster` and `api` interfaces: a plugin's writes to
 //! the cluster, and its uncached reads from the API server.
 //!
-//! Each call becomes a [`crate::cluster::WriteRequest`] for the plugin's
-//! [`Writer`](crate::cluster::Writer), which validates it, checks the grant,
+//! Each call becomes a [`crate::apiserver::WriteRequest`] for the plugin's
+//! [`Writer`](crate::apiserver::Writer), which validates it, checks the grant,
 //! rate-limits, sends and audits it. Without a writer (the host has no cluster
 //! connection, as in `kinformer check`), every call answers `denied`. The time
 //! a call waits for the API server is given back to the plugin's deadline.
@@ -14,7 +14,7 @@ use super::bindings::kinformer::plugin::cluster::{
 use super::bindings::kinformer::plugin::types::GroupVersionKind;
 use super::host::HostState;
 use super::inputs::Answer;
-use crate::cluster as host;
+use crate::apiserver as host;
 
 fn from_wit_gvk(gvk: GroupVersionKind) -> kube::api::GroupVersionKind {
     kube::api::GroupVersionKind {

@@ -14,6 +14,7 @@ use super::host::HostState;
 use super::{
     Error, PluginComponent, Result, bindings, controller_bindings, digest, lean_bindings, lean_deltas, plugin_name,
 };
+use kinformer_informers::Recover as _;
 
 /// The shared wasmtime engine: compiles components and drives call deadlines.
 ///
@@ -156,10 +157,7 @@ impl PluginEngine {
 
     /// The count of live instances of plugin `name`.
     pub(super) fn plugin_instances(&self, name: &str) -> Arc<std::sync::atomic::AtomicUsize> {
-        let mut counts = self
-            .per_plugin
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut counts = self.per_plugin.lock().recover();
         Arc::clone(counts.entry(name.to_owned()).or_default())
     }
 

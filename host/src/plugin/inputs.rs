@@ -13,11 +13,12 @@
 //! response it got (status, headers, the body it read); the shadow's same
 //! request (method, URL and body) is answered that response and never sent.
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::bindings::kinformer::plugin::api::ReadError;
 use super::bindings::kinformer::plugin::cache::{CacheError, ObjectList};
+use kinformer_informers::Recover as _;
 
 /// What an instance does with the inputs of the calls to come.
 #[derive(Debug, Clone)]
@@ -165,7 +166,7 @@ impl CallInputs {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock().recover()
     }
 
     pub(crate) fn record(&self, query: String, answer: Answer) {
@@ -237,11 +238,7 @@ impl CallInputs {
             if state.done || state.answers.iter().any(|(asked, _, given)| asked == query && !given) {
                 continue;
             }
-            drop(
-                self.changed
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(PoisonError::into_inner),
-            );
+            drop(self.changed.wait_timeout(state, left).recover());
         }
     }
 }

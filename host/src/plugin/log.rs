@@ -2,9 +2,10 @@
 //! sanitised, rate-limited and sent to `tracing` with the plugin's name.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use crate::rate::TokenBucket;
+use kinformer_informers::Recover as _;
 
 /// The longest log line kept; longer lines are cut.
 const MAX_LOG_LINE_LEN: usize = 4096;
@@ -61,7 +62,7 @@ impl PluginLog {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, LogState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock().recover()
     }
 
     pub(crate) fn recent(&self) -> Vec<LogLine> {
@@ -140,7 +141,7 @@ pub(crate) struct OutputLines {
 
 impl OutputLines {
     fn push(&self, bytes: &[u8]) {
-        let mut partial = self.partial.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut partial = self.partial.lock().recover();
         for &byte in bytes {
             if byte == b'\n' {
                 let line = String::from_utf8_lossy(&partial);

@@ -3,7 +3,7 @@
 //! A [`PluginEngine`] compiles `.wasm` files into [`PluginComponent`]s; a
 //! component is instantiated into a [`PluginInstance`] with its own wasmtime
 //! `Store`, bound to the host's [`Caches`](crate::caches::Caches) for its `cache` imports and to a
-//! [`crate::cluster::Writer`] for its `cluster` imports. The instance
+//! [`crate::apiserver::Writer`] for its `cluster` imports. The instance
 //! runs `init` and `handle` under a time limit (epoch deadlines, not counting
 //! the time spent waiting for the API server), a share of CPU (paused at an
 //! epoch tick once its share of the window is spent, see `budget`) and a
@@ -32,18 +32,21 @@ mod component;
 mod deadline;
 mod engine;
 mod epoch;
+pub mod file;
 mod host;
 mod inputs;
 mod instance;
 mod limiter;
 mod log;
 mod memory;
+pub mod registration;
+pub mod text;
 mod trap;
 mod wasi;
 
 use std::path::{Path, PathBuf};
 
-use crate::cluster::Writer;
+use crate::apiserver::Writer;
 use crate::grant::Grant;
 use crate::limits::Limits;
 use crate::outbound::Outbound;

@@ -421,7 +421,7 @@ impl Scrape {
             "leader_election_master_status",
             "1 while this replica leads on the Lease `name`, 0 otherwise.",
             self.leader.iter().flat_map(|leader| {
-                let single = (leader.mode == "single").then(|| {
+                let single = (leader.mode == crate::leader::LeaseMode::Single).then(|| {
                     (
                         vec![("name", leader.lease.clone())],
                         f64::from(u8::from(leader.leading)),

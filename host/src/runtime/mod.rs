@@ -7,7 +7,7 @@
 //! a worker. A plugin that fails to load is reported and left out; the others
 //! run.
 //!
-//! Each plugin gets a writer for its `cluster` imports ([`crate::cluster`]),
+//! Each plugin gets a writer for its `cluster` imports ([`crate::apiserver`]),
 //! bound to its manifest's write grant, write limits and mode; one connection
 //! and one discovery cache serve every plugin's writer.
 //!

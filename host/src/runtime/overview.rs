@@ -10,7 +10,7 @@
 //! second, so a page refreshed by many viewers costs no more than one.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +19,7 @@ use super::status::PluginStatus;
 use super::supervisor::Supervisor;
 use crate::informer::InformerStats;
 use crate::leader::LeaderStatus;
+use kinformer_informers::Recover as _;
 
 /// Rates are taken over about this long: the newest sample at least this
 /// old is the baseline.
@@ -264,7 +265,7 @@ pub(super) fn source(supervisor: Weak<Supervisor>) -> Source {
         let informers = supervisor.factory.stats();
         let leader = supervisor.election.as_ref().map(crate::leader::Leadership::status);
         drop(supervisor);
-        let mut rates = rates.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut rates = rates.lock().recover();
         overview(
             &plugins,
             &informers,
@@ -380,7 +381,7 @@ fn rollout_row(report: &crate::rollout::RolloutReport) -> RolloutRow {
 /// The Lease of `plugin` (or of the plugin it is the next version of), when
 /// the replicas elect per plugin and it writes.
 fn lease_row(leader: &LeaderStatus, plugin: &str) -> Option<LeaseRow> {
-    if leader.mode == "single" {
+    if leader.mode == crate::leader::LeaseMode::Single {
         return None;
     }
     let base = crate::rollout::next_of(plugin).unwrap_or(plugin);
@@ -394,7 +395,7 @@ fn lease_row(leader: &LeaderStatus, plugin: &str) -> Option<LeaseRow> {
 }
 
 fn replica(leader: &LeaderStatus) -> Replica {
-    let leases = if leader.mode == "single" {
+    let leases = if leader.mode == crate::leader::LeaseMode::Single {
         if leader.leading {
             vec![leader.lease.clone()]
         } else {
@@ -410,7 +411,7 @@ fn replica(leader: &LeaderStatus) -> Replica {
     };
     Replica {
         identity: leader.identity.clone(),
-        mode: leader.mode.to_owned(),
+        mode: leader.mode.as_str().to_owned(),
         leases,
         replicas: leader.replicas,
         share: leader.share,
@@ -505,28 +506,22 @@ mod tests {
         let mut next = plugin("scaler.next", 0, 0);
         next.state = PluginState::Failed;
         next.load_error = Some("scaler.next.toml: broken".into());
-        let leader = LeaderStatus {
-            identity: "pod-a".into(),
-            lease: "kinformer/kinformer".into(),
-            mode: "per-plugin",
-            leading: true,
-            holder: None,
-            leads: ["scaler".to_owned()].into(),
-            plugins: [("scaler".to_owned(), Some("pod-a".to_owned()))].into(),
-            replicas: 2,
-            share: 1,
-        };
-        let informer = InformerStats {
-            key: crate::informer::InformerKey::new(kube::api::GroupVersionKind::gvk("apps", "v1", "Deployment"))
+        let mut leader = LeaderStatus::single("pod-a".into(), "kinformer/kinformer".into(), true);
+        leader.mode = crate::leader::LeaseMode::PerPlugin;
+        leader.leads = ["scaler".to_owned()].into();
+        leader.plugins = [("scaler".to_owned(), Some("pod-a".to_owned()))].into();
+        leader.replicas = 2;
+        leader.share = 1;
+        let mut informer = InformerStats::new(
+            crate::informer::InformerKey::new(kube::api::GroupVersionKind::gvk("apps", "v1", "Deployment"))
                 .label_selector("app=web"),
-            objects: 3,
-            synced: true,
-            lists: 2,
-            watch_errors: 1,
-            gone: 1,
-            last_sync: Some(UNIX_EPOCH + Duration::from_secs(42)),
-            alive: true,
-        };
+        );
+        informer.objects = 3;
+        informer.synced = true;
+        informer.lists = 2;
+        informer.watch_errors = 1;
+        informer.gone = 1;
+        informer.last_sync = Some(UNIX_EPOCH + Duration::from_secs(42));
         let overview = overview(
             &[next, writer],
             &[informer],

@@ -15,13 +15,14 @@
 //! The monitor ticks only while the pool has been busy in its last
 //! [`IDLE_TICKS`] ticks, so an idle host costs no wakeups.
 
+use kinformer_informers::Recover as _;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -255,7 +256,7 @@ impl TaskHandle {
     pub(super) fn join(&self) {
         let mut finished = lock(&self.done.finished);
         while !*finished {
-            finished = self.done.signal.wait(finished).unwrap_or_else(PoisonError::into_inner);
+            finished = self.done.signal.wait(finished).recover();
         }
     }
 }
@@ -336,7 +337,7 @@ impl Shared {
                 return None;
             }
             state.waiting += 1;
-            state = self.queued.wait(state).unwrap_or_else(PoisonError::into_inner);
+            state = self.queued.wait(state).recover();
             state.waiting -= 1;
             state.told = state.told.saturating_sub(1);
         }
@@ -358,10 +359,7 @@ impl Shared {
         }
         state.spares += 1;
         loop {
-            let (next, waited) = self
-                .short
-                .wait_timeout(state, SPARE_FOR)
-                .unwrap_or_else(PoisonError::into_inner);
+            let (next, waited) = self.short.wait_timeout(state, SPARE_FOR).recover();
             state = next;
             if state.handed > 0 {
                 // Counted active by the thread that handed it the place.
@@ -584,7 +582,7 @@ impl Wake for Task {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+    mutex.lock().recover()
 }
 
 #[cfg(test)]

@@ -4,15 +4,16 @@
 //! comparisons and regression counts both report into ([`crate::rollout`]
 //! holds the rules).
 
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Instant, SystemTime};
 
-use crate::cluster::WriteRecord;
+use crate::apiserver::WriteRecord;
 use crate::delta::Delta;
 use crate::grant::Grant;
 use crate::plugin::CallInputs;
 use crate::rate::TokenBucket;
 use crate::rollout::{Call, Comparison, Regression, Role, RolloutMode, RolloutPolicy, RolloutReport, next_owns};
+use kinformer_informers::Recover as _;
 
 /// Calls the running version may have mirrored ahead of a shadow; past them
 /// a call is not mirrored (the shadow is behind) and counted as skipped.
@@ -43,12 +44,12 @@ impl Slot {
 
     /// The worker's part now.
     pub(super) fn link(&self) -> Option<Link> {
-        self.link.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.link.read().recover().clone()
     }
 
     /// Gives the worker a part (or none), and wakes it.
     pub(super) fn set(&self, link: Option<Link>) {
-        *self.link.write().unwrap_or_else(PoisonError::into_inner) = link;
+        *self.link.write().recover() = link;
         self.bump();
     }
 
@@ -158,7 +159,7 @@ impl Rollout {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock().recover()
     }
 
     fn wake(&self) {
@@ -223,7 +224,7 @@ impl Rollout {
 
     /// The shadow's end of the mirrored calls, for the first worker that asks.
     pub(super) fn take_mirrors(&self) -> Option<tokio::sync::mpsc::Receiver<Mirror>> {
-        self.receiver.lock().unwrap_or_else(PoisonError::into_inner).take()
+        self.receiver.lock().recover().take()
     }
 
     /// A mirrored call the shadow did not get to in time.

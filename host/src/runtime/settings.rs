@@ -11,7 +11,7 @@
 //! but in the plugin's environment.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -20,6 +20,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 
 use crate::manifest::{EnvValue, EnvVar, KeyRef};
+use kinformer_informers::Recover as _;
 
 /// The largest value one variable may take from a Secret or ConfigMap.
 pub const MAX_SETTING_BYTES: usize = 64 * 1024;
@@ -128,7 +129,7 @@ impl Settings {
     }
 
     fn objects(&self) -> std::sync::MutexGuard<'_, BTreeMap<Source, Watched>> {
-        self.objects.lock().unwrap_or_else(PoisonError::into_inner)
+        self.objects.lock().recover()
     }
 
     /// Starts watching what `env` names and has not been watched yet, and

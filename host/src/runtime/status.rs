@@ -3,15 +3,16 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use serde::{Serialize, Serializer};
 
-use crate::cluster::WriteRecord;
+use crate::apiserver::WriteRecord;
 use crate::outbound::{HttpRecord, Outcome};
 use crate::plugin::{LogLine, plugin_name};
 use crate::registration::Registration;
 use crate::workqueue::{DurationHistogram, WorkQueueStats};
+use kinformer_informers::Recover as _;
 
 /// Where a plugin is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -254,7 +255,7 @@ pub(super) const STATUS_HTTP_ORIGINS: usize = 32;
 pub(super) type SharedStatus = Arc<Mutex<PluginStatus>>;
 
 pub(super) fn update<R>(status: &SharedStatus, f: impl FnOnce(&mut PluginStatus) -> R) -> R {
-    f(&mut status.lock().unwrap_or_else(PoisonError::into_inner))
+    f(&mut status.lock().recover())
 }
 
 /// A digest as the status shows it: its first 12 hex digits.

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::Error;
 use super::prepare::{self, PrepareError};
 use super::status::{SharedStatus, update};
+use crate::apiserver::{Cluster, WriteObserver, WriteRecord};
 use crate::caches::Caches;
-use crate::cluster::{Cluster, WriteObserver, WriteRecord};
 use crate::delta::Delta;
 use crate::grant::Refusal;
 use crate::indexer::{IndexLease, Indexer};
@@ -22,6 +22,7 @@ use crate::plugin::{LogSink, PluginComponent, PluginInstance, PluginOptions};
 use crate::processor::{Listener, ListenerOptions};
 use crate::registration::{ControllerSpec, Registration};
 use crate::scope::Scope;
+use kinformer_informers::Recover as _;
 
 /// The writes of one call kept for a rollout's comparison; a call that
 /// writes more is compared on its first ones.
@@ -88,7 +89,7 @@ impl Version {
         let call_writes = Arc::clone(&written);
         let observer: WriteObserver = Arc::new(move |record: &WriteRecord| {
             update(&status, |status| status.record_write(record));
-            let mut writes = call_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut writes = call_writes.lock().recover();
             if writes.len() < WRITES_KEPT_PER_CALL {
                 writes.push(record.clone());
             }
@@ -103,7 +104,7 @@ impl Version {
             update(&http_status, |status| status.record_http(record));
             // Compared with the other version's, as its writes are.
             if let Some(intent) = &record.intent {
-                let mut requests = call_requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut requests = call_requests.lock().recover();
                 if requests.len() < WRITES_KEPT_PER_CALL {
                     requests.push(WriteRecord::of_request(intent, record.outcome, shadow));
                 }
@@ -192,7 +193,7 @@ impl Version {
 
     /// The writes made since the last time this was asked.
     pub(super) fn take_written(&self) -> Vec<WriteRecord> {
-        std::mem::take(&mut *self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        std::mem::take(&mut *self.written.lock().recover())
     }
 
     /// The digest of its component.

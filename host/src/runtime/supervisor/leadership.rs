@@ -25,7 +25,7 @@ impl Supervisor {
         fingerprint: &Fingerprint,
         status: &SharedStatus,
     ) -> bool {
-        if self.leadership.leads(name) {
+        if self.leadership.leads(crate::rollout::lease_group(name)) {
             return false;
         }
         if let Some(plugin) = plugins.get_mut(name) {
@@ -56,7 +56,9 @@ impl Supervisor {
         let stopping: Vec<(SharedStatus, Option<WorkerHandle>)> = self
             .plugins()
             .iter_mut()
-            .filter(|(name, plugin)| plugin.writes && !plugin.standby && !leader.leads(name))
+            .filter(|(name, plugin)| {
+                plugin.writes && !plugin.standby && !leader.leads(crate::rollout::lease_group(name))
+            })
             .map(|(_, plugin)| {
                 if let Some(loading) = plugin.loading.take() {
                     loading.task.abort();
@@ -79,7 +81,7 @@ impl Supervisor {
         for (_, plugin) in self
             .plugins()
             .iter_mut()
-            .filter(|(name, plugin)| plugin.standby && leader.leads(name))
+            .filter(|(name, plugin)| plugin.standby && leader.leads(crate::rollout::lease_group(name)))
         {
             plugin.standby = false;
             plugin.applied = None;

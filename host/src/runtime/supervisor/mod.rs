@@ -14,7 +14,7 @@ mod leadership;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::directory::{self, Fingerprint, PluginFiles};
@@ -26,7 +26,7 @@ use super::status::{PluginState, PluginStatus, STATUS_LOG_LINES, SharedStatus, u
 use super::version::{Context, Version, blocking};
 use super::worker::{Command, Worker, WorkerHandle};
 use super::{BatchObserver, Error, RuntimeConfig};
-use crate::cluster::Cluster;
+use crate::apiserver::Cluster;
 use crate::informer::SharedInformerFactory;
 use crate::leader::Leadership;
 use crate::manifest::EnvVar;
@@ -34,6 +34,7 @@ use crate::outbound::{AddressPolicy, Resolver, in_cluster_api_server, interface_
 use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
 use crate::rollout::{Role, RolloutMode, RolloutPolicy, next_of};
 use crate::scope::Scope;
+use kinformer_informers::Recover as _;
 
 /// A plugin the supervisor knows, by name.
 struct Plugin {
@@ -198,7 +199,7 @@ impl Supervisor {
     }
 
     fn plugins(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Plugin>> {
-        self.plugins.lock().unwrap_or_else(PoisonError::into_inner)
+        self.plugins.lock().recover()
     }
 
     /// Adds (or replaces) an embedder's plugin; it loads at the next rescan.
@@ -217,7 +218,7 @@ impl Supervisor {
 
     /// The embedder's plugins, by name.
     pub(super) fn embedded(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, EmbeddedPlugin>> {
-        self.embedded.lock().unwrap_or_else(PoisonError::into_inner)
+        self.embedded.lock().recover()
     }
 
     /// Every plugin's status, by name.
@@ -226,7 +227,7 @@ impl Supervisor {
         self.plugins()
             .values()
             .map(|plugin| {
-                let mut status = plugin.status.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                let mut status = plugin.status.lock().recover().clone();
                 status.outside_grant = plugin.outside_grant.load(std::sync::atomic::Ordering::Relaxed);
                 if !status.queues.is_empty() {
                     (status.queued, status.catch_ups) =
@@ -242,7 +243,7 @@ impl Supervisor {
     }
 
     fn rollouts(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Rollout>>> {
-        self.rollouts.lock().unwrap_or_else(PoisonError::into_inner)
+        self.rollouts.lock().recover()
     }
 
     /// Puts `next`'s running version beside its plugin's (`base`) under

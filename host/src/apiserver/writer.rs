@@ -2,7 +2,7 @@
 //! the plugin's bucket), sent over the [`Cluster`] and audited.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -15,6 +15,7 @@ use super::request::{ObjectRef, Prepared, WriteRequest};
 use crate::grant::{Grant, Verb, WriteMode};
 use crate::limits::Limits;
 use crate::rate::TokenBucket;
+use kinformer_informers::Recover as _;
 
 /// The longest field manager the API takes.
 const MAX_FIELD_MANAGER_LEN: usize = 128;
@@ -49,10 +50,7 @@ pub(super) struct WriterInner {
 /// Takes a token of `bucket`, or refuses as throttled: over the plugin's
 /// `rate` of `what` per second.
 pub(super) fn take_token(bucket: &Mutex<TokenBucket>, rate: u32, what: &str) -> Result<(), WriteError> {
-    let taken = bucket
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .try_take(Instant::now());
+    let taken = bucket.lock().recover().try_take(Instant::now());
     if taken {
         Ok(())
     } else {
@@ -204,7 +202,11 @@ impl Writer {
     /// refused at once.
     pub(super) fn admit(&self, verb: Verb, target: &ObjectRef) -> Result<(), WriteError> {
         let inner = &self.inner;
-        if !inner.cluster.leadership.leads(&inner.plugin) {
+        if !inner
+            .cluster
+            .leadership
+            .leads(crate::rollout::lease_group(&inner.plugin))
+        {
             return Err(WriteError::Unavailable(format!(
                 "this replica is not the leader of plugin {}: its writes are held",
                 inner.plugin
@@ -234,8 +236,8 @@ mod tests {
     use kube::api::GroupVersionKind;
 
     use super::*;
-    use crate::cluster::connection::KEPT_BODY_LEN;
-    use crate::cluster::{EventType, Offline, WriteRecord};
+    use crate::apiserver::connection::KEPT_BODY_LEN;
+    use crate::apiserver::{EventType, Offline, WriteRecord};
     use crate::grant::{Scope, WriteRule};
     use crate::leader::Leadership;
 

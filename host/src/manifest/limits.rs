@@ -4,7 +4,7 @@
 //! is not set takes the default written here, once. The plugin instance enforces
 //! the call, memory, query and log limits ([`crate::plugin`]); the runtime the
 //! queue, batch, failure and loading ones ([`crate::runtime`]); the plugin's
-//! writer the write and read ones ([`crate::cluster`]); its outbound HTTP the
+//! writer the write and read ones ([`crate::apiserver`]); its outbound HTTP the
 //! `http-*` ones ([`crate::outbound`]).
 
 use std::time::Duration;

@@ -56,7 +56,7 @@ pub fn plugin_lease_name(prefix: &str, plugin: &str) -> String {
     if clean == plugin && clean.ends_with(|c: char| c.is_ascii_alphanumeric()) {
         format!("{prefix}-{clean}")
     } else {
-        format!("{prefix}-{clean}-{:08x}", crate::rollout::stable_hash(plugin) as u32)
+        format!("{prefix}-{clean}-{:08x}", crate::stable_hash(plugin) as u32)
     }
 }
 

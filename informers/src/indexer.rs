@@ -16,8 +16,9 @@
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::Recover as _;
 use crate::index::{FieldPath, IndexError, LABEL_INDEX_PREFIX, NAMESPACE_INDEX, OWNER_INDEX, check_definition};
 use crate::object::CachedObject;
 use crate::scope::Scope;
@@ -230,8 +231,8 @@ fn remove_key(values: &mut BTreeMap<String, Keys>, value: &str, key: &Arc<str>) 
 /// # Examples
 ///
 /// ```
-/// use kinformer::indexer::indexer;
-/// use kinformer::object::CachedObject;
+/// use kinformer_informers::indexer::indexer;
+/// use kinformer_informers::object::CachedObject;
 /// use std::sync::Arc;
 ///
 /// let (reader, writer) = indexer();
@@ -295,7 +296,7 @@ pub struct Indexer {
 
 impl Indexer {
     fn read(&self) -> RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+        self.inner.read().recover()
     }
 
     /// A handle on the same cache that sees only what is in `scope` (and in this
@@ -347,7 +348,7 @@ impl Indexer {
     pub fn lease_index(&self, field_path: &str) -> Result<IndexLease, IndexError> {
         let path = crate::index::FieldPath::parse(field_path)?;
         let name = format!("field:{field_path}");
-        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self.inner.write().recover();
         if !inner.indexes.contains_key(&name) {
             let index = Index::over(IndexFunc::Field(path), &inner.objects);
             inner.indexes.insert(name.clone(), index);
@@ -529,7 +530,7 @@ pub struct IndexerWriter {
 
 impl IndexerWriter {
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
-        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+        self.inner.write().recover()
     }
 
     /// Another writer of this cache, for an informer that fills it with one
@@ -653,7 +654,7 @@ impl IndexerWriter {
 /// Adds a field index; see [`IndexerWriter::add_index`].
 fn add_index(inner: &RwLock<Inner>, name: &str, field_path: &str) -> Result<(), IndexError> {
     let func = IndexFunc::Field(check_definition(name, field_path)?);
-    let mut inner = inner.write().unwrap_or_else(PoisonError::into_inner);
+    let mut inner = inner.write().recover();
     if let Some(existing) = inner.indexes.get(name) {
         return if existing.func == func {
             Ok(())
@@ -684,7 +685,7 @@ impl IndexLease {
 
 impl Drop for IndexLease {
     fn drop(&mut self) {
-        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self.inner.write().recover();
         let Some(users) = inner.leases.get_mut(&self.name) else {
             return;
         };

@@ -3,7 +3,6 @@
 //! [`Writer::record_event`] that follows them.
 
 use std::collections::HashMap;
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -18,6 +17,7 @@ use super::request::{Body, EventType, ObjectRef, Prepared, cut};
 use super::writer::Writer;
 use crate::grant::Verb;
 use crate::rate::TokenBucket;
+use kinformer_informers::Recover as _;
 
 /// A repeat this soon after the last occurrence counts in the same Event.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(10 * 60);
@@ -412,7 +412,7 @@ impl Writer {
     }
 
     fn events(&self) -> std::sync::MutexGuard<'_, EventRecorder> {
-        self.inner.events.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.events.lock().recover()
     }
 }
 

@@ -192,7 +192,7 @@ impl Cluster {
         let mut leadership = self.leadership.clone();
         let lost = async {
             match writer {
-                Some(plugin) => leadership.lost(plugin).await,
+                Some(plugin) => leadership.lost(crate::rollout::lease_group(plugin)).await,
                 None => std::future::pending().await,
             }
         };

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 /// and waits until that token has been refilled (`Reserve`); `try_take` takes
 /// one only if it is there (`Allow`).
 #[derive(Debug)]
-pub(crate) struct TokenBucket {
+pub struct TokenBucket {
     /// `None` when there is no overall limit.
     qps: Option<f64>,
     burst: f64,
@@ -21,7 +21,10 @@ pub(crate) struct TokenBucket {
 }
 
 impl TokenBucket {
-    pub(crate) fn new(qps: f64, burst: u32) -> Self {
+    /// A bucket of `burst` tokens (at least one), refilled at `qps` a
+    /// second; no limit when `qps` is not a positive number.
+    #[must_use]
+    pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         Self {
             qps: (qps.is_finite() && qps > 0.0).then_some(qps),
@@ -32,13 +35,13 @@ impl TokenBucket {
     }
 
     /// `rate` tokens a second, in bursts of up to `rate` (at least one).
-    pub(crate) fn per_second(rate: u32) -> Self {
+    pub fn per_second(rate: u32) -> Self {
         let rate = rate.max(1);
         Self::new(f64::from(rate), rate)
     }
 
     /// Takes a token at `now`; the wait until it is there.
-    pub(crate) fn reserve(&mut self, now: Instant) -> Duration {
+    pub fn reserve(&mut self, now: Instant) -> Duration {
         let Some(qps) = self.qps else {
             return Duration::ZERO;
         };
@@ -52,7 +55,7 @@ impl TokenBucket {
     }
 
     /// Takes a token at `now` if one is there: true when taken.
-    pub(crate) fn try_take(&mut self, now: Instant) -> bool {
+    pub fn try_take(&mut self, now: Instant) -> bool {
         let Some(qps) = self.qps else {
             return true;
         };
@@ -67,7 +70,7 @@ impl TokenBucket {
 
     /// True when the bucket at `now` would be full: it is then the same as a
     /// new one.
-    pub(crate) fn is_full(&self, now: Instant) -> bool {
+    pub fn is_full(&self, now: Instant) -> bool {
         self.qps.is_none_or(|qps| {
             let rested = self
                 .updated

@@ -74,6 +74,8 @@
 //! with the default limits. Secrets are only ever readable through an explicit grant that
 //! names them (`v1/Secret`, `v1/*` or `*`).
 
+pub mod limits;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

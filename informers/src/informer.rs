@@ -7,10 +7,11 @@
 //! when the last one is dropped, the watch stops and the cache is freed.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use kube::api::GroupVersionKind;
 
+use crate::Recover as _;
 use crate::index::IndexError;
 use crate::indexer::{Indexer, indexer};
 use crate::object::Transform;
@@ -168,6 +169,23 @@ pub struct InformerStats {
     pub alive: bool,
 }
 
+impl InformerStats {
+    /// An informer of `key` that has done nothing yet.
+    #[must_use]
+    pub fn new(key: InformerKey) -> Self {
+        Self {
+            key,
+            objects: 0,
+            synced: false,
+            lists: 0,
+            watch_errors: 0,
+            gone: 0,
+            last_sync: None,
+            alive: true,
+        }
+    }
+}
+
 /// A running informer; each clone is a subscription keeping it alive.
 #[derive(Debug, Clone)]
 pub struct SharedIndexInformer {
@@ -303,7 +321,7 @@ impl SharedInformerFactory {
             key.namespaces.clear();
         }
         let gvk = &key.gvk;
-        let mut informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut informers = self.informers.lock().recover();
         // Another subscriber may have started it while discovery ran.
         if let Some(running) = informers.get(&key).and_then(Weak::upgrade) {
             return Ok(SharedIndexInformer { running });
@@ -345,7 +363,7 @@ impl SharedInformerFactory {
     }
 
     fn running(&self, key: &InformerKey) -> Option<Arc<Running>> {
-        let informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
+        let informers = self.informers.lock().recover();
         informers.get(key).and_then(Weak::upgrade)
     }
 
@@ -353,7 +371,7 @@ impl SharedInformerFactory {
     #[must_use]
     pub fn stats(&self) -> Vec<InformerStats> {
         let running: Vec<Arc<Running>> = {
-            let informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
+            let informers = self.informers.lock().recover();
             informers.values().filter_map(Weak::upgrade).collect()
         };
         running
@@ -378,7 +396,7 @@ impl SharedInformerFactory {
     /// How many informers are running.
     #[must_use]
     pub fn running_count(&self) -> usize {
-        let informers = self.informers.lock().unwrap_or_else(PoisonError::into_inner);
+        let informers = self.informers.lock().recover();
         informers
             .values()
             .filter(|informer| informer.strong_count() > 0)

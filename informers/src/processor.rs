@@ -13,12 +13,13 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kube::api::GroupVersionKind;
 use tokio::sync::Notify;
 
+use crate::Recover as _;
 use crate::delta::{Delta, DeltaType};
 use crate::indexer::Indexer;
 use crate::object::CachedObject;
@@ -118,7 +119,7 @@ struct ListenerQueue {
 
 impl ListenerQueue {
     fn lock(&self) -> MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock().recover()
     }
 
     fn stats(&self) -> ListenerStats {
@@ -213,7 +214,7 @@ impl SharedProcessor {
     }
 
     fn listeners(&self) -> MutexGuard<'_, Vec<Registered>> {
-        self.listeners.lock().unwrap_or_else(PoisonError::into_inner)
+        self.listeners.lock().recover()
     }
 
     /// Hands a delta to every listener. Never blocks on a listener.

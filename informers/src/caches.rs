@@ -1,10 +1,11 @@
 //! The caches plugins read, by resource type.
 
 use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 
 use kube::api::GroupVersionKind;
 
+use crate::Recover as _;
 use crate::indexer::Indexer;
 
 /// The read handles of every cache the host keeps, by resource type; clone it
@@ -23,24 +24,17 @@ impl Caches {
 
     /// Makes `indexer` the cache of `gvk`, replacing any previous one.
     pub fn insert(&self, gvk: GroupVersionKind, indexer: Indexer) {
-        self.by_gvk
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(gvk, indexer);
+        self.by_gvk.write().recover().insert(gvk, indexer);
     }
 
     /// Forgets the cache of `gvk`.
     pub fn remove(&self, gvk: &GroupVersionKind) -> Option<Indexer> {
-        self.by_gvk.write().unwrap_or_else(PoisonError::into_inner).remove(gvk)
+        self.by_gvk.write().recover().remove(gvk)
     }
 
     /// The cache of `gvk`, if one is kept.
     #[must_use]
     pub fn get(&self, gvk: &GroupVersionKind) -> Option<Indexer> {
-        self.by_gvk
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(gvk)
-            .cloned()
+        self.by_gvk.read().recover().get(gvk).cloned()
     }
 }

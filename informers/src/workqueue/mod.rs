@@ -23,9 +23,10 @@ mod stats;
 
 use std::hash::Hash;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::Recover as _;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -46,7 +47,7 @@ pub use stats::{BUCKET_BOUNDS, DurationHistogram, WorkQueueStats};
 /// # Examples
 ///
 /// ```
-/// use kinformer::workqueue::WorkQueue;
+/// use kinformer_informers::workqueue::WorkQueue;
 ///
 /// # fn reconcile(_key: &str) -> Result<(), ()> { Ok(()) }
 /// # #[tokio::main(flavor = "current_thread")]
@@ -132,7 +133,7 @@ impl<K: Clone + Eq + Hash> WorkQueue<K> {
     }
 
     fn lock(&self) -> MutexGuard<'_, QueueState<K>> {
-        self.shared.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.shared.state.lock().recover()
     }
 
     /// Runs one step on the state at the current time, then wakes whoever the

@@ -19,6 +19,7 @@ use kube::api::{Api, ApiResource, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 
+use crate::Recover as _;
 use crate::delta::{Delta, DeltaType};
 use crate::indexer::IndexerWriter;
 use crate::object::{CachedObject, Transform, WatchedObject};
@@ -103,10 +104,7 @@ impl ReflectorStatus {
     /// The last watch error, as kube-rs put it: what the server answered a
     /// list or watch it refused.
     pub fn last_error(&self) -> Option<String> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.last_error.lock().recover().clone()
     }
 }
 
@@ -295,8 +293,8 @@ impl DeltaSink for Arc<crate::processor::SharedProcessor> {
 ///
 /// ```no_run
 /// # async fn example(client: kube::Client) {
-/// use kinformer::indexer::indexer;
-/// use kinformer::reflector::{Reflector, ReflectorConfig};
+/// use kinformer_informers::indexer::indexer;
+/// use kinformer_informers::reflector::{Reflector, ReflectorConfig};
 /// use kube::api::{ApiResource, GroupVersionKind};
 ///
 /// let gvk = GroupVersionKind::gvk("", "v1", "Pod");
@@ -373,11 +371,7 @@ impl Reflector {
                     if let Some(line) = repeats.note(&failure, retry_in.get()) {
                         tracing::warn!(resource, "{line}");
                     }
-                    *self
-                        .status
-                        .last_error
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(failure);
+                    *self.status.last_error.lock().recover() = Some(failure);
                     if let Some(hook) = &self.config.watch_error_hook {
                         (hook.0)(&resource, &error);
                     }

@@ -324,8 +324,8 @@ pub struct LeaderStatus {
     pub identity: String,
     /// `namespace/name` of the Lease; per plugin, `namespace/prefix`.
     pub lease: String,
-    /// `single` (one Lease) or `per-plugin`.
-    pub mode: &'static str,
+    /// One Lease for every writer, or one each.
+    pub mode: LeaseMode,
     /// True while this replica leads: its writing plugins run. Per plugin:
     /// while it leads any.
     pub leading: bool,
@@ -343,12 +343,36 @@ pub struct LeaderStatus {
     pub share: usize,
 }
 
+/// How the replicas share what they lead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeaseMode {
+    /// One Lease: its holder runs every writer.
+    Single,
+    /// A Lease per writer (per plugin), shared out between the replicas.
+    PerPlugin,
+}
+
+impl LeaseMode {
+    /// `single` or `per-plugin`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Single => "single",
+            Self::PerPlugin => "per-plugin",
+        }
+    }
+}
+
 impl LeaderStatus {
-    fn single(identity: String, lease: String, leading: bool) -> Self {
+    /// The status of a replica on one Lease (`lease`, `namespace/name`),
+    /// leading or not, that has seen no holder yet.
+    #[must_use]
+    pub fn single(identity: String, lease: String, leading: bool) -> Self {
         Self {
             identity,
             lease,
-            mode: "single",
+            mode: LeaseMode::Single,
             leading,
             holder: None,
             leads: BTreeSet::new(),
@@ -358,14 +382,15 @@ impl LeaderStatus {
         }
     }
 
-    /// True while this replica may run `plugin` (a next version runs with
-    /// the plugin it is the next version of).
+    /// True while this replica may run what the Lease of `group` guards (a
+    /// plugin's name: the caller groups what shares one Lease, such as a
+    /// plugin and its next version).
     #[must_use]
-    pub fn leads(&self, plugin: &str) -> bool {
-        if self.mode == "single" {
+    pub fn leads(&self, group: &str) -> bool {
+        if self.mode == LeaseMode::Single {
             return self.leading;
         }
-        self.leads.contains(crate::rollout::next_of(plugin).unwrap_or(plugin))
+        self.leads.contains(group)
     }
 }
 
@@ -389,9 +414,10 @@ impl Leadership {
         }
     }
 
-    /// A leadership the test switches by hand.
-    #[cfg(test)]
-    pub(crate) fn manual(leading: bool) -> (watch::Sender<LeaderStatus>, Self) {
+    /// A leadership switched by hand, with the sender that switches it (a
+    /// program that decides itself who leads; tests).
+    #[must_use]
+    pub fn manual(leading: bool) -> (watch::Sender<LeaderStatus>, Self) {
         let (switch, status) = watch::channel(LeaderStatus::single("test".into(), "default/test".into(), leading));
         (
             switch,
@@ -408,10 +434,10 @@ impl Leadership {
         self.status.borrow().leading
     }
 
-    /// True while this replica may run the writing plugin `plugin`.
+    /// True while this replica may run what the Lease of `group` guards.
     #[must_use]
-    pub fn leads(&self, plugin: &str) -> bool {
-        self.status.borrow().leads(plugin)
+    pub fn leads(&self, group: &str) -> bool {
+        self.status.borrow().leads(group)
     }
 
     /// The status now.
@@ -420,11 +446,11 @@ impl Leadership {
         self.status.borrow().clone()
     }
 
-    /// Returns once this replica may not run `plugin` (at once if it may
-    /// not); never while the election runs and it may, nor after the
-    /// election ends.
-    pub async fn lost(&mut self, plugin: &str) {
-        if self.status.wait_for(|status| !status.leads(plugin)).await.is_err() {
+    /// Returns once this replica may not run what the Lease of `group`
+    /// guards (at once if it may not); never while the election runs and it
+    /// may, nor after the election ends.
+    pub async fn lost(&mut self, group: &str) {
+        if self.status.wait_for(|status| !status.leads(group)).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -470,7 +496,7 @@ impl LeaderElection {
         let (release, released) = watch::channel(false);
         let api = kube::Api::<Lease>::namespaced(client, &config.lease_namespace);
         let (leadership, task) = if config.per_plugin {
-            status.mode = "per-plugin";
+            status.mode = LeaseMode::PerPlugin;
             let (publish, status) = watch::channel(status);
             let (candidates, offered) = watch::channel(BTreeSet::new());
             let task = tokio::spawn(plugins::run(api, config, publish, offered, released));

@@ -2,13 +2,14 @@
 //! once per type and remembered.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use kube::api::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 
 use super::WriteError;
 use super::request::ObjectRef;
+use kinformer_informers::Recover as _;
 
 /// The API resources resolved so far, by type. Only answers are remembered:
 /// a type the server does not serve yet (a CRD being installed) is asked
@@ -49,7 +50,7 @@ impl Discovery {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>> {
-        self.resolved.lock().unwrap_or_else(PoisonError::into_inner)
+        self.resolved.lock().recover()
     }
 }
 

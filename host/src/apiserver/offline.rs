@@ -188,7 +188,7 @@ mod tests {
     use kube::api::GroupVersionKind;
 
     use super::*;
-    use crate::cluster::request::{PatchType, WriteRequest};
+    use crate::apiserver::request::{PatchType, WriteRequest};
     use crate::indexer::indexer;
     use crate::object::CachedObject;
 
@@ -299,7 +299,7 @@ mod tests {
         assert_eq!(patched["data"]["b"], "2");
         let deleted = WriteRequest::Delete {
             target: web(),
-            options: crate::cluster::DeleteOptions::default(),
+            options: crate::apiserver::DeleteOptions::default(),
         };
         assert_eq!(offline.answer(&deleted.prepare().unwrap()), Ok(None));
     }
