@@ -385,7 +385,7 @@ async fn the_dashboard_and_the_alerts_name_only_metrics_and_labels_a_live_host_s
         "fetcher",
         "hostile.wasm",
         Some(&format!(
-            "config = \"fetch=http://{web}/ok\"\n[grant.http]\nallow = [\"http://{web}\"]\n"
+            "config = \"fetch=http://{web}/ok\"\n[grant.http]\nallow = [\"http://{web}\"]\nnetworks = [\"127.0.0.1/32\"]\n"
         )),
     );
     let election = LeaderElectionConfig::new("kinformer", "default", "replica-a")
