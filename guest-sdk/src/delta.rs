@@ -10,20 +10,9 @@ use crate::Gvk;
 use crate::bindings::kinformer::plugin0_1_0::types as wit;
 use crate::bindings::kinformer::plugin0_2_0::deltas;
 
-/// What happened to an object, in client-go's terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DeltaType {
-    /// The object appeared: created, or seen for the first time.
-    Added,
-    /// The object changed; [`Delta::old_json`] holds the previous state.
-    Updated,
-    /// The object is gone; the delta carries its last known state.
-    Deleted,
-    /// The object was present in a relist of its resource.
-    Replaced,
-    /// A periodic resync of an unchanged object.
-    Sync,
-}
+/// What happened to an object, in client-go's terms: for
+/// [`DeltaType::Updated`], [`Delta::old_json`] holds the previous state.
+pub use kinformer_contract::DeltaType;
 
 /// One change to one object.
 ///

@@ -1,39 +1,12 @@
 //! Deltas: what happened to one object, in client-go's terms.
 
-use std::fmt;
 use std::sync::Arc;
 
 use kube::api::GroupVersionKind;
 
 use crate::object::CachedObject;
 
-/// What happened to an object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeltaType {
-    /// The object appeared: created, or seen for the first time.
-    Added,
-    /// The object changed; the delta carries the old and the new state.
-    Updated,
-    /// The object is gone; the delta carries its last known state (also for a
-    /// delete that happened while the watch was down: a tombstone).
-    Deleted,
-    /// The object was present in a relist.
-    Replaced,
-    /// A periodic resync of an unchanged object.
-    Sync,
-}
-
-impl fmt::Display for DeltaType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Added => "Added",
-            Self::Updated => "Updated",
-            Self::Deleted => "Deleted",
-            Self::Replaced => "Replaced",
-            Self::Sync => "Sync",
-        })
-    }
-}
+pub use kinformer_contract::DeltaType;
 
 /// One change to one object. Cheap to clone: the objects are shared.
 #[derive(Debug, Clone)]

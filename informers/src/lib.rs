@@ -55,17 +55,7 @@ pub fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// FNV-1a of `text`: the same in every process and release, for names and
-/// shares that must agree between replicas and versions.
-#[must_use]
-pub fn stable_hash(text: &str) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
-}
+pub use kinformer_contract::{StableHasher, stable_hash};
 
 /// Takes the data of a lock whose holder panicked as it is. Every holder of
 /// the locks here leaves their data whole before anything that may panic, so
@@ -85,12 +75,6 @@ impl<G> Recover<G> for std::sync::LockResult<G> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_stable_hash_is_fnv_1a() {
-        assert_eq!(stable_hash(""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
-    }
 
     #[test]
     fn a_poisoned_lock_gives_its_data() {

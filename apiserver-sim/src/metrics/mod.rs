@@ -168,14 +168,12 @@ fn default_memory(namespace: &str, name: &str) -> u64 {
 /// A stable hash (FNV-1a) of some strings, for figures that look measured but
 /// stay the same from one request to the next.
 pub(crate) fn fingerprint(parts: &[&str]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for byte in part.bytes().chain([0]) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
+    parts
+        .iter()
+        .fold(kinformer_contract::StableHasher::default(), |hash, part| {
+            hash.write(part.as_bytes()).write(&[0])
+        })
+        .finish()
 }
 
 #[cfg(test)]
