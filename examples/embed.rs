@@ -8,7 +8,7 @@
 //!
 //! ```sh
 //! cargo build -p plugin-artifacts   # builds plugins/ into components
-//! cargo run -p kinformer --example embed -- \
+//! cargo run -p kinformer-examples --example embed -- \
 //!     target/wasm-plugins/wasm32-wasip2/wasm-plugin/delta_logger.wasm 127.0.0.1:9464
 //! curl -s 127.0.0.1:9464/metrics | grep -e embed_pod -e kinformer_plugin_deltas
 //! ```
@@ -16,7 +16,6 @@
 //! Ctrl-C stops it: the plugin finishes its call, then the program exits.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -25,7 +24,7 @@ use kinformer::kube::api::GroupVersionKind;
 use kinformer::processor::ListenerOptions;
 use kinformer::prometheus_client::metrics::counter::Counter;
 use kinformer::prometheus_client::registry::Registry;
-use kinformer::{EmbeddedPlugin, Manifest, Runtime, RuntimeConfig, SharedInformerFactory};
+use kinformer::{EmbeddedPlugin, Runtime, RuntimeConfig, SharedInformerFactory};
 
 /// The embedding program: its own pod handler and the plugin runtime, on one
 /// informer factory, with one metrics registry.
@@ -92,16 +91,6 @@ impl Program {
     }
 }
 
-/// The plugin file, with the manifest beside it (the defaults without one).
-fn plugin_from_file(path: &Path) -> anyhow::Result<EmbeddedPlugin> {
-    let manifest = Manifest::for_plugin(path)?;
-    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read the plugin", path.display()))?;
-    let name = path
-        .file_stem()
-        .map_or_else(|| "plugin".into(), |stem| stem.to_string_lossy());
-    Ok(EmbeddedPlugin::from_bytes(name, bytes).manifest(manifest))
-}
-
 /// A registry in Prometheus' text format.
 fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
     let mut text = String::new();
@@ -133,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let path = args.next().context("usage: embed PLUGIN.wasm [METRICS-ADDRESS]")?;
     let client = kinformer::kube::Client::try_default().await?;
-    let program = Program::start(client, plugin_from_file(path.as_ref())?).await?;
+    let program = Program::start(client, kinformer_examples::plugin_from_file(path.as_ref())?).await?;
     if let Some(address) = args.next() {
         serve_metrics(address.parse()?, &program).await?;
     }
@@ -145,10 +134,12 @@ async fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
     use std::time::Duration;
 
     use apiserver_sim::workload::Workload;
     use apiserver_sim::{ApiServer, SimConfig};
+    use kinformer::Manifest;
 
     use super::*;
 

@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! cargo build -p plugin-artifacts   # builds plugins/ into components
-//! cargo run -p kinformer --example load_plugin -- target/wasm-plugins/wasm32-wasip2/wasm-plugin/delta_logger.wasm
+//! cargo run -p kinformer-examples --example load_plugin -- target/wasm-plugins/wasm32-wasip2/wasm-plugin/delta_logger.wasm
 //! ```
 
 use std::sync::Arc;
@@ -14,9 +14,9 @@ use anyhow::Context as _;
 use kinformer::caches::Caches;
 use kinformer::delta::{Delta, DeltaType};
 use kinformer::indexer::indexer;
+use kinformer::kube::api::GroupVersionKind;
 use kinformer::object::CachedObject;
 use kinformer::plugin::{PluginEngine, PluginOptions};
-use kube::api::GroupVersionKind;
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_target(false).init();

@@ -31,7 +31,7 @@
 //! # Examples
 //!
 //! A kube-rs program that runs one plugin beside its own handler, on one
-//! shared watch (`host/examples/embed.rs` is the whole program):
+//! shared watch (`examples/embed.rs` is the whole program):
 //!
 //! ```no_run
 //! use kinformer::{EmbeddedPlugin, Runtime, RuntimeConfig, SharedInformerFactory};
