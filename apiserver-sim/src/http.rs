@@ -384,7 +384,7 @@ impl Request<'_> {
         };
         let Some(name) = target.name.as_deref() else {
             // The collection.
-            let filter = self.filter(namespace, &def.kind)?;
+            let filter = self.filter(namespace, &def)?;
             return match *self.method {
                 Method::GET if self.flag("watch") => self.watch(target.id, def, filter),
                 Method::GET => self.list(&target.id, &def, &filter),
@@ -571,7 +571,7 @@ impl Request<'_> {
             .map_err(|error| ApiError::bad_request(format!("the request body is not valid JSON: {error}")))
     }
 
-    fn filter(&self, namespace: Option<&str>, kind: &str) -> Result<Filter> {
+    fn filter(&self, namespace: Option<&str>, def: &resources::ResourceDef) -> Result<Filter> {
         let mut filter = Filter {
             namespace: namespace.map(str::to_owned),
             ..Filter::default()
@@ -580,7 +580,7 @@ impl Request<'_> {
             filter.labels = Selector::parse(selector).map_err(|error| ApiError::bad_request(error.to_string()))?;
         }
         if let Some(selector) = self.query.get("fieldSelector") {
-            filter.parse_fields(selector, kind)?;
+            filter.parse_fields(selector, &def.kind, def.stored_as)?;
         }
         Ok(filter)
     }

@@ -56,8 +56,10 @@
 //!   is checked exactly as the write and answered with the object as it would be;
 //!   nothing is stored, no resourceVersion is used, no watch sees it. Any other
 //!   `dryRun` value is 422, as the API server's options validation answers.
-//! - Events are served as `v1` and as `events.k8s.io/v1`; a real server keeps one
-//!   storage behind both APIs, here they are two resources.
+//! - Events are served as `v1` and as `events.k8s.io/v1` from one storage,
+//!   as kube-apiserver serves them: an Event written through either API is
+//!   read, listed, watched and deleted through both, converted (see
+//!   [`Conversion`]).
 //!
 //! # Examples
 //!
@@ -80,6 +82,7 @@
 mod access_review;
 mod component_status;
 mod controllers;
+mod conversion;
 mod defaults;
 mod encoding;
 mod faults;
@@ -109,6 +112,7 @@ use std::time::Duration;
 use axum::serve::ListenerExt as _;
 use serde::Serialize;
 
+pub use conversion::Conversion;
 pub use faults::{FaultCounts, Faults};
 pub use metrics::{Metrics, Usage};
 pub use resources::ResourceDef;

@@ -7,6 +7,7 @@ mod built_ins;
 mod crd_schema;
 mod defaulting;
 mod discovery;
+mod events;
 mod metadata;
 mod newcomer;
 mod openapi;
