@@ -557,7 +557,7 @@ pub fn built_in() -> Vec<ResourceDef> {
             .with_generation()
             .short_names(&["cj"]),
         ResourceDef::new("coordination.k8s.io", "v1", "Lease", "leases"),
-        // Stored as written: the emulation authorizes every request.
+        // What they grant is enforced; see `auth`.
         ResourceDef::new("rbac.authorization.k8s.io", "v1", "Role", "roles"),
         ResourceDef::new("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
         ResourceDef::new("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles").cluster_scoped(),
@@ -633,6 +633,12 @@ pub(crate) mod ids {
     }
     pub(crate) fn serviceaccounts() -> ResourceId {
         ResourceId::new("", "v1", "serviceaccounts")
+    }
+    pub(crate) fn roles() -> ResourceId {
+        ResourceId::new("rbac.authorization.k8s.io", "v1", "roles")
+    }
+    pub(crate) fn role_bindings() -> ResourceId {
+        ResourceId::new("rbac.authorization.k8s.io", "v1", "rolebindings")
     }
     pub(crate) fn cluster_roles() -> ResourceId {
         ResourceId::new("rbac.authorization.k8s.io", "v1", "clusterroles")

@@ -12,5 +12,6 @@ mod metadata;
 mod newcomer;
 mod openapi;
 mod protobuf;
+mod rbac;
 mod shapes;
 mod support;
