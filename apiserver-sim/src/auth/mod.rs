@@ -99,14 +99,6 @@ impl User {
 
     /// The user a `SubjectAccessReview`'s spec names.
     pub(crate) fn of_review(spec: &Value) -> Self {
-        let strings = |value: &Value| -> Vec<String> {
-            value
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|item| Some(item.as_str()?.to_owned()))
-                .collect()
-        };
         Self {
             name: spec["user"].as_str().unwrap_or_default().to_owned(),
             uid: spec["uid"].as_str().unwrap_or_default().to_owned(),
@@ -119,6 +111,15 @@ impl User {
                 .collect(),
         }
     }
+}
+
+/// The strings of a JSON list (`["get", "list"]`); none for anything else.
+fn strings(list: &Value) -> Vec<String> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| Some(item.as_str()?.to_owned()))
+        .collect()
 }
 
 /// `system:serviceaccount:NAMESPACE:NAME`.

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use kinformer_selector::Selector;
 use serde_json::{Value, json};
 
-use super::{Attributes, Decision, User, split_service_account};
+use super::{Attributes, Decision, User, split_service_account, strings};
 use crate::resources::ids;
 use crate::store::{Filter, Store, StoredObject, label_selector_string};
 
@@ -37,20 +37,12 @@ pub(crate) struct Rule {
 
 impl Rule {
     fn of(rule: &Value) -> Self {
-        let strings = |field: &str| -> Vec<String> {
-            rule[field]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|item| Some(item.as_str()?.to_owned()))
-                .collect()
-        };
         Self {
-            verbs: strings("verbs"),
-            api_groups: strings("apiGroups"),
-            resources: strings("resources"),
-            resource_names: strings("resourceNames"),
-            non_resource_urls: strings("nonResourceURLs"),
+            verbs: strings(&rule["verbs"]),
+            api_groups: strings(&rule["apiGroups"]),
+            resources: strings(&rule["resources"]),
+            resource_names: strings(&rule["resourceNames"]),
+            non_resource_urls: strings(&rule["nonResourceURLs"]),
         }
     }
 

@@ -261,7 +261,7 @@ async fn impersonation_needs_the_impersonate_verb_and_then_the_impersonated_user
     )
     .await;
     pods_as("jane", None).list(&ListParams::default()).await.unwrap();
-    // A group the impersonator names counts; one it may not name is refused.
+    // A group the impersonator names counts: joe lists pods in ops, and not without it.
     grant_in_shop(
         &admin,
         "ops",
