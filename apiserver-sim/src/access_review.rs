@@ -1,29 +1,25 @@
-//! Who a client is and what it may do: SelfSubjectReview, the access reviews and SelfSubjectRulesReview, answered as the emulation's forbid rules decide.
+//! Who a client is and what it may do: SelfSubjectReview, the access reviews and SelfSubjectRulesReview, answered from the same rules that authorize requests.
 //!
-//! The emulation authenticates no one: every client is the one user
-//! [`USER`]. It may do anything but what [`Faults::forbid`] and its kin
-//! forbid, and an access review answers exactly that, so `kubectl auth
-//! can-i` agrees with the 403s the same request would get. A
-//! SubjectAccessReview or LocalSubjectAccessReview about another user
-//! answers the same: RBAC objects are stored, not enforced.
+//! A review is decided by the [`Authorizer`] that decides requests (the
+//! forbid rules of [`Faults`], `system:masters`, then RBAC), so `kubectl
+//! auth can-i` agrees with the `403`s the same request gets. A
+//! SelfSubjectAccessReview asks about its requester (the impersonated user
+//! under `--as`), a SubjectAccessReview or LocalSubjectAccessReview about
+//! the user its spec names, and a SelfSubjectRulesReview (`kubectl auth
+//! can-i --list`) lists the RBAC rules that apply to its requester in a
+//! namespace.
 //!
-//! [`Faults::forbid`]: crate::Faults::forbid
+//! [`Faults`]: crate::Faults
 
 use serde_json::{Value, json};
 
-use crate::faults::Faults;
-use crate::status::{ApiError, Result, USER};
+use crate::auth::{Attributes, Authorizer, User};
+use crate::status::{ApiError, Result};
 
-/// The groups [`USER`] is in, as kube-apiserver lists a service account's.
-const GROUPS: [&str; 3] = [
-    "system:serviceaccounts",
-    "system:serviceaccounts:kinformer",
-    "system:authenticated",
-];
-
-/// Answers an access review of `kind` (`SelfSubjectAccessReview`,
-/// `SubjectAccessReview`, `LocalSubjectAccessReview` in `namespace`): the
-/// review with `status.allowed`.
+/// Answers an access review of `kind` (`SelfSubjectAccessReview` by
+/// `requester`, `SubjectAccessReview`, `LocalSubjectAccessReview` in
+/// `namespace`): the review with its status, as kube-apiserver writes it
+/// (`allowed`, the authorizer's `reason` when it gives one).
 ///
 /// # Errors
 ///
@@ -31,7 +27,13 @@ const GROUPS: [&str; 3] = [
 /// resource nor a path, names no user (for the reviews about another
 /// subject), or a local review about another namespace, as kube-apiserver
 /// validates them.
-pub(crate) fn access_review(faults: &Faults, kind: &str, namespace: Option<&str>, review: &Value) -> Result<Value> {
+pub(crate) fn access_review(
+    authorizer: &Authorizer<'_>,
+    requester: &User,
+    kind: &str,
+    namespace: Option<&str>,
+    review: &Value,
+) -> Result<Value> {
     check_kind(review, kind)?;
     let spec = &review["spec"];
     let invalid = |message: &str| ApiError::invalid("authorization.k8s.io", kind, "", message);
@@ -52,20 +54,21 @@ pub(crate) fn access_review(faults: &Faults, kind: &str, namespace: Option<&str>
             spec["resourceAttributes"]["namespace"].as_str().unwrap_or_default()
         )));
     }
-    let resource = &spec["resourceAttributes"];
-    let allowed = match (resource.is_object(), spec["nonResourceAttributes"].is_object()) {
-        (true, false) => {
-            let plural = resource["resource"].as_str().unwrap_or_default();
-            let namespace = resource["namespace"].as_str().filter(|namespace| !namespace.is_empty());
-            !faults.forbids(plural, namespace)
-        }
-        (false, true) => true,
-        _ => {
-            return Err(invalid(
-                "spec.resourceAttributes: Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified",
-            ));
-        }
+    let attributes = Attributes::of_review(spec).ok_or_else(|| {
+        invalid(
+            "spec.resourceAttributes: Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )
+    })?;
+    let user = if kind == "SelfSubjectAccessReview" {
+        requester.clone()
+    } else {
+        User::of_review(spec)
     };
+    let decision = authorizer.decide(&user, &attributes);
+    let mut status = json!({"allowed": decision.allowed});
+    if !decision.reason.is_empty() {
+        status["reason"] = json!(decision.reason);
+    }
     let mut metadata = json!({});
     if let Some(namespace) = namespace {
         metadata["namespace"] = json!(namespace);
@@ -75,60 +78,68 @@ pub(crate) fn access_review(faults: &Faults, kind: &str, namespace: Option<&str>
         "apiVersion": "authorization.k8s.io/v1",
         "metadata": metadata,
         "spec": spec,
-        "status": {"allowed": allowed},
+        "status": status,
     }))
 }
 
-/// Answers a SelfSubjectRulesReview (`kubectl auth can-i --list`): every
-/// verb on every resource and path, as `cluster-admin` has them, and the
-/// rules of `system:basic-user` and `system:discovery` that kube-apiserver
-/// lists beside them.
+/// Answers a SelfSubjectRulesReview (`kubectl auth can-i --list`): the RBAC
+/// rules that apply to `requester` in `spec.namespace`, each a resource
+/// rule, a path rule or both, and the errors of bindings whose roles are
+/// missing as its `evaluationError`.
 ///
 /// # Errors
 ///
 /// 400 for a body of another kind, 422 without `spec.namespace`.
-pub(crate) fn self_subject_rules_review(review: &Value) -> Result<Value> {
+pub(crate) fn self_subject_rules_review(
+    authorizer: &Authorizer<'_>,
+    requester: &User,
+    review: &Value,
+) -> Result<Value> {
     check_kind(review, "SelfSubjectRulesReview")?;
-    if review["spec"]["namespace"].as_str().is_none_or(str::is_empty) {
+    let Some(namespace) = review["spec"]["namespace"]
+        .as_str()
+        .filter(|namespace| !namespace.is_empty())
+    else {
         return Err(ApiError::invalid(
             "authorization.k8s.io",
             "SelfSubjectRulesReview",
             "",
             "spec.namespace: Required value",
         ));
+    };
+    let (rules, errors) = authorizer.rules_for(requester, namespace);
+    let (mut resource_rules, mut path_rules) = (Vec::new(), Vec::new());
+    for rule in &rules {
+        let (resource, path) = rule.review_entries();
+        resource_rules.extend(resource);
+        path_rules.extend(path);
+    }
+    let mut status = json!({"resourceRules": resource_rules, "nonResourceRules": path_rules, "incomplete": false});
+    if !errors.is_empty() {
+        status["evaluationError"] = json!(errors);
     }
     Ok(json!({
         "kind": "SelfSubjectRulesReview",
         "apiVersion": "authorization.k8s.io/v1",
         "metadata": {},
         "spec": review["spec"],
-        "status": {
-            "resourceRules": [
-                {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]},
-                {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
-                {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]},
-            ],
-            "nonResourceRules": [
-                {"verbs": ["*"], "nonResourceURLs": ["*"]},
-                {"verbs": ["get"], "nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"]},
-            ],
-            "incomplete": false,
-        },
+        "status": status,
     }))
 }
 
-/// Answers a SelfSubjectReview: the review with `status.userInfo`.
+/// Answers a SelfSubjectReview: the review with `status.userInfo`, the
+/// requester's.
 ///
 /// # Errors
 ///
 /// 400 for a body that is no SelfSubjectReview.
-pub(crate) fn self_subject_review(review: &Value) -> Result<Value> {
+pub(crate) fn self_subject_review(requester: &User, review: &Value) -> Result<Value> {
     check_kind(review, "SelfSubjectReview")?;
     Ok(json!({
         "kind": "SelfSubjectReview",
         "apiVersion": "authentication.k8s.io/v1",
         "metadata": {},
-        "status": {"userInfo": {"username": USER, "groups": GROUPS}},
+        "status": {"userInfo": requester.info()},
     }))
 }
 

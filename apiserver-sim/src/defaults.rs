@@ -52,7 +52,7 @@ pub(crate) fn create(store: &Store, port: u16) -> Result<()> {
 /// `system:masters`, and what every authenticated client may do (discovery,
 /// its own access reviews, the version and health endpoints). The aggregated
 /// roles (`admin`, `edit`, `view`) and the controllers' `system:` roles are
-/// not written: the emulation enforces no RBAC, it only stores it.
+/// not written: a client bound to them gets nothing from them.
 fn bootstrap_rbac() -> Vec<(Value, Value)> {
     let public_paths = ["/healthz", "/livez", "/readyz", "/version", "/version/"];
     let mut discovery_paths = vec!["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*"];

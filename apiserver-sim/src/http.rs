@@ -16,6 +16,7 @@ use bytes::{BufMut, BytesMut};
 use kinformer_selector::Selector;
 use serde_json::{Value, json};
 
+use crate::auth::{self, Attributes, Refusal, User};
 use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
@@ -26,50 +27,6 @@ mod unstored;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
-}
-
-/// The resource (plural name) a request path is about:
-/// `/api/v1/namespaces/a/pods/x` → `pods`.
-fn resource_of(path: &str) -> Option<(&str, Option<&str>)> {
-    let rest = match path.strip_prefix("/api/") {
-        Some(rest) => rest.split_once('/')?.1,
-        None => {
-            let rest = path.strip_prefix("/apis/")?;
-            let (_group, rest) = rest.split_once('/')?;
-            rest.split_once('/')?.1
-        }
-    };
-    let mut segments = rest.split('/');
-    match segments.next()? {
-        "namespaces" => match (segments.next(), segments.next()) {
-            (Some(namespace), Some(resource)) => Some((resource, Some(namespace))),
-            _ => Some(("namespaces", None)),
-        },
-        resource => Some((resource, None)),
-    }
-}
-
-/// The RBAC verb of a request: `list` and `watch` for collections, `get`
-/// for one object, and the writes by method.
-fn verb_of(method: &Method, path: &str, query: &HashMap<String, String>) -> &'static str {
-    let one = resource_of(path).is_some_and(|(resource, namespace)| {
-        let collection = match namespace {
-            Some(namespace) => format!("/namespaces/{namespace}/{resource}"),
-            None => format!("/{resource}"),
-        };
-        !path.ends_with(&collection)
-    });
-    match *method {
-        Method::GET if query_flag(query.get("watch")) => "watch",
-        Method::GET if one => "get",
-        Method::GET => "list",
-        Method::POST => "create",
-        Method::PUT => "update",
-        Method::PATCH => "patch",
-        Method::DELETE if one => "delete",
-        Method::DELETE => "deletecollection",
-        _ => "access",
-    }
 }
 
 async fn handle(
@@ -102,18 +59,19 @@ async fn handle(
     if let Some(code) = shared.faults.take_failure() {
         return error_response(&ApiError::injected(code));
     }
-    if let Some((resource, namespace)) = resource_of(path)
-        && shared.faults.is_forbidden(resource, namespace)
-    {
-        let verb = verb_of(&method, path, &query);
-        let group = path
-            .strip_prefix("/apis/")
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or_default();
-        return error_response(&ApiError::forbidden(verb, group, resource, namespace));
+    let whole_uri = uri.path_and_query().map_or_else(|| uri.path(), |whole| whole.as_str());
+    let user = match auth::identify(&shared, &headers, whole_uri) {
+        Ok(user) => user,
+        Err(Refusal::Status(error)) => return error_response(&error),
+        Err(Refusal::InternalError(text)) => return text_response(StatusCode::INTERNAL_SERVER_ERROR, text),
+    };
+    let attributes = Attributes::of_request(&method, uri.path(), &query);
+    if let Err(forbidden) = shared.authorizer().authorize(&user, &attributes) {
+        return error_response(&forbidden);
     }
     let request = Request {
         shared: &shared,
+        user: &user,
         method: &method,
         path,
         headers: &headers,
@@ -127,17 +85,17 @@ async fn handle(
     shared
         .stats
         .by_request
-        .record(request_labels(&method, path, &query, response.status().as_u16()));
+        .record(request_labels(&attributes, path, response.status().as_u16()));
     response
 }
 
 /// What `/metrics` counts a request by: its verb as kube-apiserver names it
 /// (`LIST`, `WATCH`, `POST`, …), the resource it addresses, and the code.
-fn request_labels(method: &Method, path: &str, query: &HashMap<String, String>, code: u16) -> health::RequestLabels {
-    let verb = match verb_of(method, path, query) {
-        _ if resource_of(path).is_none() => match *method {
-            Method::GET => "GET",
-            Method::POST => "POST",
+fn request_labels(attributes: &Attributes, path: &str, code: u16) -> health::RequestLabels {
+    let verb = match attributes.verb.as_str() {
+        _ if attributes.resource.is_none() => match attributes.verb.as_str() {
+            "get" => "GET",
+            "post" => "POST",
             _ => "OTHER",
         },
         "watch" => "WATCH",
@@ -172,6 +130,8 @@ fn request_labels(method: &Method, path: &str, query: &HashMap<String, String>, 
 
 struct Request<'a> {
     shared: &'a Arc<Shared>,
+    /// Whom the request acts as.
+    user: &'a User,
     method: &'a Method,
     path: &'a str,
     headers: &'a HeaderMap,
@@ -384,7 +344,7 @@ impl Request<'_> {
         };
         let Some(name) = target.name.as_deref() else {
             // The collection.
-            let filter = self.filter(namespace, &def.kind)?;
+            let filter = self.filter(namespace, &def)?;
             return match *self.method {
                 Method::GET if self.flag("watch") => self.watch(target.id, def, filter),
                 Method::GET => self.list(&target.id, &def, &filter),
@@ -571,7 +531,7 @@ impl Request<'_> {
             .map_err(|error| ApiError::bad_request(format!("the request body is not valid JSON: {error}")))
     }
 
-    fn filter(&self, namespace: Option<&str>, kind: &str) -> Result<Filter> {
+    fn filter(&self, namespace: Option<&str>, def: &resources::ResourceDef) -> Result<Filter> {
         let mut filter = Filter {
             namespace: namespace.map(str::to_owned),
             ..Filter::default()
@@ -580,7 +540,7 @@ impl Request<'_> {
             filter.labels = Selector::parse(selector).map_err(|error| ApiError::bad_request(error.to_string()))?;
         }
         if let Some(selector) = self.query.get("fieldSelector") {
-            filter.parse_fields(selector, kind)?;
+            filter.parse_fields(selector, &def.kind, def.stored_as)?;
         }
         Ok(filter)
     }

@@ -28,6 +28,15 @@
 //! table beside the store ([`ApiServer::metrics`]), set by the workload, by the
 //! ReplicaSet controller for new pods, and by tests ([`Metrics::set_pod_cpu`]).
 //!
+//! Requests are authenticated, impersonated and authorized as kube-apiserver
+//! does it: a bearer token the server issued (a TokenRequest) is its
+//! service account, any other credential the kubeconfig's admin (in
+//! `system:masters`); the `Impersonate-*` headers need the `impersonate`
+//! verb; and what is not the admin's gets what the stored Roles,
+//! ClusterRoles and bindings grant, and kube-apiserver's `403` otherwise.
+//! The access reviews (`kubectl auth can-i`, `--list`) answer from the same
+//! rules.
+//!
 //! No kubelet runs: pod logs, exec, attach, port-forward and node proxy are
 //! answered as when the kubelet refuses the connection, and
 //! `componentstatuses` reports the scheduler and controller manager
@@ -56,8 +65,10 @@
 //!   is checked exactly as the write and answered with the object as it would be;
 //!   nothing is stored, no resourceVersion is used, no watch sees it. Any other
 //!   `dryRun` value is 422, as the API server's options validation answers.
-//! - Events are served as `v1` and as `events.k8s.io/v1`; a real server keeps one
-//!   storage behind both APIs, here they are two resources.
+//! - Events are served as `v1` and as `events.k8s.io/v1` from one storage,
+//!   as kube-apiserver serves them: an Event written through either API is
+//!   read, listed, watched and deleted through both, converted (see
+//!   [`Conversion`]).
 //!
 //! # Examples
 //!
@@ -78,8 +89,10 @@
 //! ```
 
 mod access_review;
+mod auth;
 mod component_status;
 mod controllers;
+mod conversion;
 mod defaults;
 mod encoding;
 mod faults;
@@ -109,6 +122,7 @@ use std::time::Duration;
 use axum::serve::ListenerExt as _;
 use serde::Serialize;
 
+pub use conversion::Conversion;
 pub use faults::{FaultCounts, Faults};
 pub use metrics::{Metrics, Usage};
 pub use resources::ResourceDef;
@@ -194,6 +208,16 @@ pub(crate) struct Shared {
     pub(crate) openapi: openapi::Documents,
     /// Set when the server stops: watches and workloads end.
     pub(crate) stopping: tokio::sync::watch::Sender<bool>,
+}
+
+impl Shared {
+    /// Decides what a user may do: the forbid rules, then RBAC.
+    pub(crate) fn authorizer(&self) -> auth::Authorizer<'_> {
+        auth::Authorizer {
+            store: &self.store,
+            faults: &self.faults,
+        }
+    }
 }
 
 /// Request and watch counters.

@@ -56,6 +56,14 @@ pub(crate) fn table(def: &ResourceDef, page: Page<'_>, items: &[&Value]) -> Valu
     }
     let (definitions, rows): (Vec<Value>, Vec<Value>) = if def.custom {
         custom_table(def, items)
+    } else if let Some(conversion) = def.stored_as {
+        // kube-apiserver prints the one type behind both versions: the
+        // stored version's columns.
+        let stored: Vec<Value> = items.iter().map(|item| conversion.stored(item)).collect();
+        let storage = conversion.storage();
+        let storage_def = ResourceDef::new(&storage.group, &storage.version, &def.kind, &storage.plural);
+        let stored: Vec<&Value> = stored.iter().collect();
+        return table(&storage_def, page, &stored);
     } else {
         let columns = columns(def);
         let definitions = columns

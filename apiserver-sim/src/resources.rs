@@ -2,6 +2,8 @@
 
 use serde_json::{Value, json};
 
+use crate::conversion::Conversion;
+
 /// A resource type: where it is served and how it behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceDef {
@@ -50,6 +52,10 @@ pub struct ResourceDef {
     /// A custom resource, served from a CRD: its list items keep `kind` and
     /// `apiVersion`, which kube-apiserver leaves out of built-in types' items.
     pub custom: bool,
+    /// Served from another resource's objects, converted: one storage
+    /// behind two versions, as kube-apiserver keeps `events.k8s.io/v1`
+    /// Events as `v1` Events. `None` for a resource with objects of its own.
+    pub stored_as: Option<Conversion>,
 }
 
 /// A subresource as discovery lists it: its name, the kind it answers and its verbs.
@@ -148,7 +154,16 @@ impl ResourceDef {
             schema: None,
             printer_columns: Vec::new(),
             custom: false,
+            stored_as: None,
         }
+    }
+
+    /// Serves the objects of another resource, converted; see
+    /// [`ResourceDef::stored_as`].
+    #[must_use]
+    pub fn stored_as(mut self, conversion: Conversion) -> Self {
+        self.stored_as = Some(conversion);
+        self
     }
 
     /// Keeps `metadata.generation`; see [`ResourceDef::tracks_generation`].
@@ -447,9 +462,9 @@ pub fn built_in() -> Vec<ResourceDef> {
             )
             .short_names(&["sa"]),
         ResourceDef::new("", "v1", "Event", "events").short_names(&["ev"]),
-        // A real server keeps one storage behind both Event APIs; here they are
-        // two resources.
-        ResourceDef::new("events.k8s.io", "v1", "Event", "events").short_names(&["ev"]),
+        ResourceDef::new("events.k8s.io", "v1", "Event", "events")
+            .short_names(&["ev"])
+            .stored_as(Conversion::EventsV1),
         ResourceDef::new("apps", "v1", "Deployment", "deployments")
             .with_status()
             .in_all()
@@ -542,7 +557,7 @@ pub fn built_in() -> Vec<ResourceDef> {
             .with_generation()
             .short_names(&["cj"]),
         ResourceDef::new("coordination.k8s.io", "v1", "Lease", "leases"),
-        // Stored as written: the emulation authorizes every request.
+        // What they grant is enforced; see `auth`.
         ResourceDef::new("rbac.authorization.k8s.io", "v1", "Role", "roles"),
         ResourceDef::new("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
         ResourceDef::new("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles").cluster_scoped(),
@@ -618,6 +633,12 @@ pub(crate) mod ids {
     }
     pub(crate) fn serviceaccounts() -> ResourceId {
         ResourceId::new("", "v1", "serviceaccounts")
+    }
+    pub(crate) fn roles() -> ResourceId {
+        ResourceId::new("rbac.authorization.k8s.io", "v1", "roles")
+    }
+    pub(crate) fn role_bindings() -> ResourceId {
+        ResourceId::new("rbac.authorization.k8s.io", "v1", "rolebindings")
     }
     pub(crate) fn cluster_roles() -> ResourceId {
         ResourceId::new("rbac.authorization.k8s.io", "v1", "clusterroles")

@@ -2,10 +2,6 @@
 
 use serde_json::{Value, json};
 
-/// The user every client is taken to be: the emulation authenticates no
-/// one, and names this service account where kube-apiserver names the user.
-pub const USER: &str = "system:serviceaccount:kinformer:kinformer";
-
 /// A failed request, answered as a `Status` object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
@@ -345,21 +341,23 @@ impl ApiError {
         )
     }
 
-    /// 403, as RBAC denies `verb` on `resource` of `group` in `namespace`
-    /// (`None`: at the cluster scope), in kube-apiserver's words.
+    /// 403, as kube-apiserver's authorization refuses a request: `why`
+    /// after `deployments.apps "web" is forbidden: `, `pods is forbidden: `
+    /// without a name, or `forbidden: ` for a path (no resource).
     #[must_use]
-    pub fn forbidden(verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> Self {
-        let scope = match namespace {
-            Some(namespace) => format!("in the namespace \"{namespace}\""),
-            None => "at the cluster scope".to_owned(),
+    pub fn forbidden(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let message = match (resource, name) {
+            ("", _) => format!("forbidden: {why}"),
+            (resource, "") => format!("{} is forbidden: {why}", qualified(group, resource)),
+            (resource, name) => format!("{} \"{name}\" is forbidden: {why}", qualified(group, resource)),
         };
-        Self::new(
-            403,
-            "Forbidden",
-            format!(
-                "{resource} is forbidden: User \"{USER}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {scope}"
-            ),
-        )
+        Self::new(403, "Forbidden", message).about(group, resource, name)
+    }
+
+    /// 401, as kube-apiserver answers a credential it cannot authenticate.
+    #[must_use]
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
     }
 
     /// 403 for a creation in a namespace that is being deleted, as the

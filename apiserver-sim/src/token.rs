@@ -4,14 +4,15 @@
 //! with the issuer, audiences, expiry and the account's name and uid), signed
 //! with HMAC-SHA256 under a key each server draws when it starts, so a
 //! TokenReview accepts exactly the tokens this server issued, until they
-//! expire or their service account is gone. The emulation still authenticates
-//! no one: requests are not checked against these tokens.
+//! expire or their service account is gone, and a request that sends one as
+//! its bearer token is that service account's (see `auth`).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::hmac;
 use serde_json::{Value, json};
 
+use crate::auth::User;
 use crate::resources::ids;
 use crate::status::{ApiError, Result};
 use crate::store::{Store, rfc3339_in};
@@ -140,8 +141,8 @@ pub(crate) fn review(store: &Store, key: &TokenKey, review: &Value) -> Result<Va
             "token is required for TokenReview in authentication",
         ));
     }
-    let status = match authenticate(store, key, token, &spec["audiences"]) {
-        Ok(status) => status,
+    let status = match verify(store, key, token, &spec["audiences"]) {
+        Ok((user, audiences)) => json!({"authenticated": true, "user": user.info(), "audiences": audiences}),
         Err(why) => json!({"user": {}, "error": format!("[invalid bearer token, {why}]")}),
     };
     Ok(json!({
@@ -153,8 +154,37 @@ pub(crate) fn review(store: &Store, key: &TokenKey, review: &Value) -> Result<Va
     }))
 }
 
-/// The status of a review of a valid `token`, or why it is not valid.
-fn authenticate(store: &Store, key: &TokenKey, token: &str, asked: &Value) -> std::result::Result<Value, String> {
+/// Who a bearer token says its sender is.
+pub(crate) enum Authenticated {
+    /// A token this server did not sign: no service account's.
+    NotIssuedHere,
+    /// A valid token of this service account's user.
+    User(User),
+    /// A token this server signed that is no longer valid, and why.
+    Invalid(String),
+}
+
+/// Who sends requests with `token` as their bearer token: the service
+/// account of a token this server issued for its own audience, while it
+/// lasts and the account exists.
+pub(crate) fn authenticate(store: &Store, key: &TokenKey, token: &str) -> Authenticated {
+    if key.claims(token).is_none() {
+        return Authenticated::NotIssuedHere;
+    }
+    match verify(store, key, token, &Value::Null) {
+        Ok((user, _)) => Authenticated::User(user),
+        Err(why) => Authenticated::Invalid(why),
+    }
+}
+
+/// The user of a valid `token` and the audiences of those `asked` (the API
+/// server's own when none are) it is valid for, or why it is not valid.
+fn verify(
+    store: &Store,
+    key: &TokenKey,
+    token: &str,
+    asked: &Value,
+) -> std::result::Result<(User, Vec<Value>), String> {
     let claims = key.claims(token).ok_or("token is not signed by this server")?;
     if claims["exp"].as_i64().is_none_or(|exp| exp <= unix_now()) {
         return Err("service account token has expired".into());
@@ -185,16 +215,16 @@ fn authenticate(store: &Store, key: &TokenKey, token: &str, asked: &Value) -> st
         .ok()
         .filter(|account| account.value["metadata"]["uid"] == uid)
         .ok_or_else(|| format!("service account {namespace}/{name} has been deleted"))?;
-    Ok(json!({
-        "authenticated": true,
-        "user": {
-            "username": format!("system:serviceaccount:{namespace}:{name}"),
-            "uid": account.value["metadata"]["uid"],
-            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{namespace}"), "system:authenticated"],
-            "extra": {"authentication.kubernetes.io/credential-id": [format!("JTI={}", claims["jti"].as_str().unwrap_or_default())]},
-        },
-        "audiences": audiences,
-    }))
+    let mut user = User::service_account(
+        namespace,
+        name,
+        account.value["metadata"]["uid"].as_str().unwrap_or_default(),
+    );
+    user.extra.insert(
+        "authentication.kubernetes.io/credential-id".into(),
+        vec![format!("JTI={}", claims["jti"].as_str().unwrap_or_default())],
+    );
+    Ok((user, audiences))
 }
 
 fn unix_now() -> i64 {

@@ -92,7 +92,9 @@ impl Encoder {
     }
 
     /// The events as this watch's filter sees them: an object that starts
-    /// matching is `ADDED`, one that stops matching is `DELETED`.
+    /// matching is `ADDED`, one that stops matching is `DELETED`. The events
+    /// are the stored objects' (the filter selects by their fields); a
+    /// resource served from another's storage writes them converted.
     fn encode(&mut self, events: &[Arc<Event>], filter: &Filter) -> Bytes {
         let mut buf = BytesMut::new();
         for event in events {
@@ -109,7 +111,8 @@ impl Encoder {
                 (EventType::Deleted, before, now) if before || now => EventType::Deleted,
                 _ => continue,
             };
-            self.write_event(&mut buf, seen_as, &event.object);
+            let object = event.object.converted(self.def.stored_as);
+            self.write_event(&mut buf, seen_as, &object);
         }
         buf.freeze()
     }
@@ -170,13 +173,18 @@ async fn run(shared: &Shared, request: WatchRequest, tx: &mpsc::Sender<Bytes>) {
         }
     };
     let mut current = position;
+    // The log of the objects' storage, which the filter selects in.
+    let log = request
+        .def
+        .stored_as
+        .map_or_else(|| request.id.clone(), |conversion| conversion.storage());
     let mut bookmark_timer =
         tokio::time::interval_at(Instant::now() + shared.bookmark_interval, shared.bookmark_interval);
 
     loop {
         if !*hanging.borrow_and_update() {
             loop {
-                match store.events_after(&request.id, position, BATCH) {
+                match store.events_after(&log, position, BATCH) {
                     Err(error) => {
                         let _ = tx.send(error_event(&error)).await;
                         return;

@@ -525,7 +525,7 @@ async fn forbidden_namespaces_answer_403_in_rbacs_words_and_confinement_allows_o
     assert_eq!(code, 403);
     assert_eq!(
         text,
-        "configmaps is forbidden: User \"system:serviceaccount:kinformer:kinformer\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"locked\""
+        "configmaps \"x\" is forbidden: User \"system:serviceaccount:kinformer:kinformer\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"locked\""
     );
     api("open").list(&ListParams::default()).await.unwrap();
     let (_, text) = message(everywhere.list(&ListParams::default()).await.unwrap_err());

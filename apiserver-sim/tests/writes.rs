@@ -508,7 +508,19 @@ async fn events_of_both_apis_are_stored_listed_and_watched() {
     }))
     .unwrap();
     core.create(&PostParams::default(), &event).await.unwrap();
+    // One storage behind both APIs: the recorded Event is a v1 Event too.
     let listed = core.list(&ListParams::default()).await.unwrap().items;
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].reason.as_deref(), Some("ScalingReplicaSet"));
+    assert_eq!(listed.len(), 2);
+    let rescale = listed
+        .iter()
+        .find(|event| event.reason.as_deref() == Some("SuccessfulRescale"))
+        .expect("the recorded Event, as a v1 Event");
+    assert_eq!(rescale.message.as_deref(), Some("New size: 4"));
+    assert_eq!(rescale.series.as_ref().and_then(|series| series.count), Some(2));
+    assert!(
+        listed
+            .iter()
+            .any(|event| event.reason.as_deref() == Some("ScalingReplicaSet"))
+    );
+    assert_eq!(events.list(&ListParams::default()).await.unwrap().items.len(), 2);
 }

@@ -26,13 +26,13 @@ impl Request<'_> {
                 "authorization.k8s.io",
                 "selfsubjectaccessreviews" | "subjectaccessreviews" | "localsubjectaccessreviews",
             ) => Some(self.review(name, |body| {
-                access_review::access_review(&self.shared.faults, &def.kind, namespace, body)
+                access_review::access_review(&self.shared.authorizer(), self.user, &def.kind, namespace, body)
             })),
-            ("authorization.k8s.io", "selfsubjectrulesreviews") => {
-                Some(self.review(name, access_review::self_subject_rules_review))
-            }
+            ("authorization.k8s.io", "selfsubjectrulesreviews") => Some(self.review(name, |body| {
+                access_review::self_subject_rules_review(&self.shared.authorizer(), self.user, body)
+            })),
             ("authentication.k8s.io", "selfsubjectreviews") => {
-                Some(self.review(name, access_review::self_subject_review))
+                Some(self.review(name, |body| access_review::self_subject_review(self.user, body)))
             }
             ("authentication.k8s.io", "tokenreviews") => Some(self.review(name, |body| {
                 token::review(&self.shared.store, &self.shared.tokens, body)

@@ -100,7 +100,7 @@ pub(crate) fn serve(store: &Store, request: &Request<'_>) -> Result<Answer> {
                 filter.labels = Selector::parse(selector).map_err(|error| ApiError::bad_request(error.to_string()))?;
             }
             if let Some(selector) = request.query.get("fieldSelector") {
-                filter.parse_fields(selector, resource.kind())?;
+                filter.parse_fields(selector, resource.kind(), None)?;
             }
             let items = match resource {
                 Resource::Pods { namespace } => {

@@ -4,6 +4,7 @@ use kinformer_selector::Selector;
 use serde_json::Value;
 
 use super::StoredObject;
+use crate::conversion::Conversion;
 use crate::status::{ApiError, Result};
 
 /// Which objects a list, watch or deletecollection selects.
@@ -13,17 +14,22 @@ pub struct Filter {
     pub namespace: Option<String>,
     /// The label selector.
     pub labels: Selector,
-    /// The field selector: (field path, equal?, value).
+    /// The field selector: (field path of the stored object, equal?, value).
     pub fields: Vec<(String, bool, String)>,
 }
 
 impl Filter {
-    /// Parses a `fieldSelector` (`metadata.name=x,metadata.namespace!=y`).
+    /// Parses a `fieldSelector` (`metadata.name=x,metadata.namespace!=y`) of
+    /// objects of `kind`, or, for a resource served from another's storage,
+    /// of the version `stored_as` converts: its fields are then the stored
+    /// objects' fields they are converted to (`regarding.name` of an
+    /// `events.k8s.io/v1` Event selects by a `v1` Event's
+    /// `involvedObject.name`).
     ///
     /// # Errors
     ///
     /// 400 for a malformed selector or an unsupported field.
-    pub fn parse_fields(&mut self, selector: &str, kind: &str) -> Result<()> {
+    pub fn parse_fields(&mut self, selector: &str, kind: &str, stored_as: Option<Conversion>) -> Result<()> {
         for term in selector.split(',').map(str::trim).filter(|term| !term.is_empty()) {
             let (field, equal, value) = if let Some((field, value)) = term.split_once("!=") {
                 (field, false, value)
@@ -32,12 +38,15 @@ impl Filter {
             } else {
                 return Err(ApiError::bad_request(format!("invalid field selector: {term:?}")));
             };
-            let supported =
-                matches!(field, "metadata.name" | "metadata.namespace") || selectable(kind).contains(&field);
-            if !supported {
+            let stored = match stored_as {
+                Some(conversion) => conversion.field_label(field),
+                None => (matches!(field, "metadata.name" | "metadata.namespace") || selectable(kind).contains(&field))
+                    .then_some(field),
+            };
+            let Some(stored) = stored else {
                 return Err(ApiError::bad_request(format!("field label not supported: {field}")));
-            }
-            self.fields.push((field.to_owned(), equal, value.to_owned()));
+            };
+            self.fields.push((stored.to_owned(), equal, value.to_owned()));
         }
         Ok(())
     }
@@ -58,9 +67,7 @@ impl Filter {
                     "status.replicas" | "status.successful" => "0",
                     _ => "",
                 };
-                // An Event's `source` is its source's component.
-                let path = if field == "source" { "source.component" } else { field };
-                let actual = match path
+                let read = |path: &str| match path
                     .split('.')
                     .try_fold(&object.value, |value, segment| value.get(segment))
                 {
@@ -68,6 +75,14 @@ impl Filter {
                     Some(Value::Bool(flag)) => flag.to_string(),
                     Some(Value::Number(number)) => number.to_string(),
                     _ => unset.to_owned(),
+                };
+                // An Event's `source` is its source's component, or the
+                // controller that reported it when it names none.
+                let actual = match field.as_str() {
+                    "source" => Some(read("source.component"))
+                        .filter(|component| !component.is_empty())
+                        .unwrap_or_else(|| read("reportingComponent")),
+                    field => read(field),
                 };
                 (actual == *value) == *equal
             })
@@ -107,11 +122,6 @@ fn selectable(kind: &str) -> &'static [&'static str] {
             "reportingComponent",
             "source",
             "type",
-            "regarding.kind",
-            "regarding.namespace",
-            "regarding.name",
-            "regarding.uid",
-            "reportingController",
         ],
         _ => &[],
     }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::{Collection, Filter, ResourceId, Store, StoredObject, collection, continue_token};
+use super::{Collection, Filter, ResourceId, Store, StoredObject, collection, continue_token, conversion};
 use crate::status::{ApiError, Result};
 
 /// How a list picks the resourceVersion it is served at.
@@ -45,6 +45,7 @@ impl Store {
     /// malformed token.
     pub fn list(&self, id: &ResourceId, filter: &Filter, options: &ListOptions) -> Result<ListPage> {
         let state = self.lock();
+        let conversion = conversion(&state, id);
         let collection = collection(&state, id)?;
         let current = state.resource_version;
         let requested = options
@@ -109,7 +110,7 @@ impl Store {
                 more = true;
                 break;
             }
-            items.push(Arc::clone(object));
+            items.push(object.converted(conversion));
         }
         let continue_token = more.then(|| continue_token::encode(at, &items.last().expect("a full page").key));
         Ok(ListPage {
@@ -126,12 +127,13 @@ impl Store {
     /// 404 when the resource does not exist.
     pub fn snapshot(&self, id: &ResourceId, filter: &Filter) -> Result<(Vec<Arc<StoredObject>>, u64)> {
         let state = self.lock();
+        let conversion = conversion(&state, id);
         let collection = collection(&state, id)?;
         let objects = collection
             .objects
             .values()
             .filter(|o| filter.matches(o))
-            .cloned()
+            .map(|o| o.converted(conversion))
             .collect();
         Ok((objects, state.resource_version))
     }

@@ -47,6 +47,7 @@ pub use meta::{now_rfc3339, rfc3339_in};
 pub(crate) use strategic::patch_strategy;
 pub use write::{Part, PatchType, WriteOptions};
 
+use crate::conversion::Conversion;
 use crate::metrics::Metrics;
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, Result};
@@ -109,6 +110,15 @@ impl StoredObject {
 }
 
 impl StoredObject {
+    /// The object as a resource served from its resource's storage shows it
+    /// (see [`Conversion`]); itself without a conversion.
+    pub(crate) fn converted(self: &Arc<Self>, conversion: Option<Conversion>) -> Arc<Self> {
+        match conversion {
+            Some(conversion) => Arc::new(Self::new(conversion.served(&self.value), self.resource_version)),
+            None => Arc::clone(self),
+        }
+    }
+
     /// The object's metadata as a `meta.k8s.io/v1` `PartialObjectMetadata`, as
     /// the API server answers a client that asks for metadata only.
     #[must_use]
@@ -218,6 +228,9 @@ impl Collection {
 struct State {
     resource_version: u64,
     collections: HashMap<ResourceId, Collection>,
+    /// The resources served from another's collection, converted
+    /// ([`ResourceDef::stored_as`]).
+    views: HashMap<ResourceId, Arc<ResourceDef>>,
     window: usize,
 }
 
@@ -249,15 +262,21 @@ impl Store {
     /// A store serving `defs`, keeping at most `window` events per resource.
     #[must_use]
     pub fn new(defs: Vec<ResourceDef>, window: usize) -> Self {
-        let collections = defs
+        let (views, stored): (Vec<_>, Vec<_>) = defs.into_iter().partition(|def| def.stored_as.is_some());
+        let collections = stored
             .into_iter()
             .map(|def| (ResourceId::of(&def), Collection::new(def, 0)))
+            .collect();
+        let views = views
+            .into_iter()
+            .map(|def| (ResourceId::of(&def), Arc::new(def)))
             .collect();
         let (changed, _) = watch::channel(0);
         Self {
             state: Mutex::new(State {
                 resource_version: 0,
                 collections,
+                views,
                 window: window.max(1),
             }),
             changed,
@@ -305,6 +324,9 @@ impl Store {
     pub fn register(&self, def: ResourceDef) {
         let mut state = self.lock();
         let rv = state.resource_version;
+        if state.views.contains_key(&ResourceId::of(&def)) {
+            return;
+        }
         state
             .collections
             .entry(ResourceId::of(&def))
@@ -315,7 +337,13 @@ impl Store {
     #[must_use]
     pub fn defs(&self) -> Vec<Arc<ResourceDef>> {
         let state = self.lock();
-        let mut defs: Vec<_> = state.collections.values().map(|c| Arc::clone(&c.def)).collect();
+        let mut defs: Vec<_> = state
+            .collections
+            .values()
+            .map(|c| &c.def)
+            .chain(state.views.values())
+            .cloned()
+            .collect();
         defs.sort_by(|a, b| (&a.group, &a.version, &a.plural).cmp(&(&b.group, &b.version, &b.plural)));
         defs
     }
@@ -323,7 +351,7 @@ impl Store {
     /// The resource type behind a path's group, version and plural.
     #[must_use]
     pub fn def(&self, id: &ResourceId) -> Option<Arc<ResourceDef>> {
-        self.lock().collections.get(id).map(|c| Arc::clone(&c.def))
+        served_def(&self.lock(), id).ok()
     }
 
     /// Drops every logged event: any older resourceVersion now answers 410.
@@ -347,13 +375,15 @@ impl Store {
     }
 
     /// At most `max` events of the resource after resourceVersion `after`, and
-    /// the cluster-wide resourceVersion they are current up to.
+    /// the cluster-wide resourceVersion they are current up to. A resource
+    /// served from another's storage logs that one's events, converted.
     ///
     /// # Errors
     ///
     /// 410 when events after `after` were compacted away.
     pub fn events_after(&self, id: &ResourceId, after: u64, max: usize) -> Result<(Vec<Arc<Event>>, u64)> {
         let state = self.lock();
+        let conversion = conversion(&state, id);
         let collection = collection(&state, id)?;
         if after < collection.compacted {
             return Err(ApiError::expired(format!(
@@ -362,14 +392,27 @@ impl Store {
             )));
         }
         let start = collection.log.partition_point(|event| event.resource_version <= after);
-        let events: Vec<_> = collection.log.range(start..).take(max).cloned().collect();
+        let events = collection.log.range(start..).take(max);
+        let events = match conversion {
+            None => events.cloned().collect(),
+            Some(_) => events
+                .map(|event| {
+                    Arc::new(Event {
+                        resource_version: event.resource_version,
+                        event_type: event.event_type,
+                        object: event.object.converted(conversion),
+                        previous: event.previous.as_ref().map(|previous| previous.converted(conversion)),
+                    })
+                })
+                .collect(),
+        };
         Ok((events, state.resource_version))
     }
 
     /// How many objects a resource holds.
     #[must_use]
     pub fn count(&self, id: &ResourceId) -> usize {
-        self.lock().collections.get(id).map_or(0, |c| c.objects.len())
+        collection(&self.lock(), id).map_or(0, |c| c.objects.len())
     }
 
     /// Locks the store for a sequence of reads and writes that no other writer
@@ -432,6 +475,7 @@ impl Transaction<'_> {
     ///
     /// 404 when the resource does not exist.
     pub fn select(&self, id: &ResourceId, filter: &Filter) -> Result<Vec<Arc<StoredObject>>> {
+        let conversion = conversion(&self.state, id);
         let collection = collection(&self.state, id)?;
         let objects = match filter.namespace.as_deref() {
             // Keys start with the namespace: read only its range.
@@ -443,14 +487,14 @@ impl Transaction<'_> {
                     .take_while(|(key, _)| key.starts_with(&start))
                     .map(|(_, object)| object)
                     .filter(|object| filter.matches(object))
-                    .cloned()
+                    .map(|object| object.converted(conversion))
                     .collect()
             }
             None => collection
                 .objects
                 .values()
                 .filter(|object| filter.matches(object))
-                .cloned()
+                .map(|object| object.converted(conversion))
                 .collect(),
         };
         Ok(objects)
@@ -462,17 +506,22 @@ impl Transaction<'_> {
     ///
     /// 404 when the resource does not exist.
     pub fn controlled_by(&self, id: &ResourceId, owner_uid: &str) -> Result<Vec<Arc<StoredObject>>> {
+        let conversion = conversion(&self.state, id);
         let collection = collection(&self.state, id)?;
         Ok(collection
             .controlled
             .get(owner_uid)
             .into_iter()
             .flatten()
-            .filter_map(|key| collection.objects.get(key).cloned())
+            .filter_map(|key| collection.objects.get(key))
+            .map(|object| object.converted(conversion))
             .collect())
     }
 
     /// Writes a change: a new resourceVersion, the stored object, the logged event.
+    /// `value` and `previous` are of the resource `id` names; one served from
+    /// another's storage is converted to that one's objects, and the answer
+    /// back.
     ///
     /// A dry run stores and logs nothing: it answers the object as it would be,
     /// at the resourceVersion it has (none, for a creation), as the API server does.
@@ -495,6 +544,26 @@ impl Transaction<'_> {
             }
             return Arc::new(StoredObject::new(value, rv));
         }
+        let Some(conversion) = conversion(&self.state, id) else {
+            return self.commit_stored(id, event_type, value, previous);
+        };
+        let storage = conversion.storage();
+        let previous = previous.and_then(|previous| {
+            let stored = self.state.collections.get(&storage)?;
+            stored.objects.get(&previous.key).cloned()
+        });
+        let stored = self.commit_stored(&storage, event_type, conversion.stored(&value), previous);
+        stored.converted(Some(conversion))
+    }
+
+    /// [`Transaction::commit`] of an object of a resource's own collection.
+    fn commit_stored(
+        &mut self,
+        id: &ResourceId,
+        event_type: EventType,
+        mut value: Value,
+        previous: Option<Arc<StoredObject>>,
+    ) -> Arc<StoredObject> {
         let state = &mut *self.state;
         state.resource_version += 1;
         let rv = state.resource_version;
@@ -570,11 +639,28 @@ pub(super) fn drop_empty_metadata(object: &mut Value) {
     }
 }
 
+/// The collection holding a resource's objects: its own, or the one of the
+/// resource it is served from.
 fn collection<'a>(state: &'a State, id: &ResourceId) -> Result<&'a Collection> {
+    let storage = conversion(state, id).map(Conversion::storage);
     state
         .collections
-        .get(id)
+        .get(storage.as_ref().unwrap_or(id))
         .ok_or_else(|| ApiError::no_route(&format!("{}/{}/{}", id.group, id.version, id.plural)))
+}
+
+/// The conversion from the objects a resource is served from, when they are
+/// another resource's.
+fn conversion(state: &State, id: &ResourceId) -> Option<Conversion> {
+    state.views.get(id).and_then(|def| def.stored_as)
+}
+
+/// The definition of a served resource.
+fn served_def(state: &State, id: &ResourceId) -> Result<Arc<ResourceDef>> {
+    match state.views.get(id) {
+        Some(def) => Ok(Arc::clone(def)),
+        None => Ok(Arc::clone(&collection(state, id)?.def)),
+    }
 }
 
 /// The resource's definition and the object under `namespace/name`, if any.
@@ -584,9 +670,11 @@ fn lookup(
     namespace: Option<&str>,
     name: &str,
 ) -> Result<(Arc<ResourceDef>, Option<Arc<StoredObject>>)> {
-    let collection = collection(state, id)?;
-    let key = object_key(namespace.filter(|_| collection.def.namespaced), name);
-    Ok((Arc::clone(&collection.def), collection.objects.get(&key).cloned()))
+    let def = served_def(state, id)?;
+    let key = object_key(namespace.filter(|_| def.namespaced), name);
+    let object = collection(state, id)?.objects.get(&key);
+    let object = object.map(|object| object.converted(conversion(state, id)));
+    Ok((def, object))
 }
 
 /// Like [`lookup`], with 404 when the object does not exist.

@@ -221,7 +221,7 @@ impl Transaction<'_> {
         mut body: Value,
         ownership: Ownership,
     ) -> Result<Arc<StoredObject>> {
-        let def = Arc::clone(&collection(&self.state, id)?.def);
+        let def = super::served_def(&self.state, id)?;
         check_type(&def, &body)?;
         defaulting::apply(&def, &mut body, None, &allocated(&self.state, &def));
         let metadata = metadata_mut(&mut body, &def)?;

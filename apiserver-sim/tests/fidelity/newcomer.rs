@@ -128,9 +128,13 @@ async fn the_groups_helm_charts_use_are_served_and_access_reviews_answer() {
     let rules = kubectl_run(&server, dir.path(), &["auth", "can-i", "--list"]).await;
     assert!(rules.lines().any(|line| line.starts_with("*.*")), "{rules}");
     let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
-    let review: SubjectAccessReview = from_json(json!({"spec": {"user": "jane",
-        "resourceAttributes": {"namespace": "default", "verb": "get", "resource": "pods"}}}));
-    let answered = reviews.create(&PostParams::default(), &review).await.unwrap();
+    let review = |spec: serde_json::Value| -> SubjectAccessReview { from_json(json!({"spec": spec})) };
+    let get_pods = json!({"namespace": "default", "verb": "get", "resource": "pods"});
+    let jane = review(json!({"user": "jane", "resourceAttributes": get_pods}));
+    let answered = reviews.create(&PostParams::default(), &jane).await.unwrap();
+    assert!(!answered.status.unwrap().allowed, "no binding names jane");
+    let admin = review(json!({"user": "jane", "groups": ["system:masters"], "resourceAttributes": get_pods}));
+    let answered = reviews.create(&PostParams::default(), &admin).await.unwrap();
     assert!(answered.status.unwrap().allowed);
 }
 

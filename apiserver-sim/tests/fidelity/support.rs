@@ -43,11 +43,26 @@ impl Raw {
 /// Sends one HTTP/1.1 request and reads the whole answer, so that headers and
 /// the bytes of the body can be checked as a client receives them.
 pub(crate) async fn raw(server: &ApiServer, method: &str, path: &str, accept: &str, body: &str) -> Raw {
+    raw_with(server, method, path, &[("Accept", accept)], body).await
+}
+
+/// [`raw`], sending these headers.
+pub(crate) async fn raw_with(
+    server: &ApiServer,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Raw {
     let mut stream = tokio::net::TcpStream::connect(server.address())
         .await
         .expect("the server accepts a connection");
+    let headers: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: sim\r\nAccept: {accept}\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: sim\r\n{headers}Content-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
