@@ -25,7 +25,7 @@ use super::settings::Settings;
 use super::status::{PluginState, PluginStatus, STATUS_LOG_LINES, SharedStatus, update};
 use super::version::{Context, Version, blocking};
 use super::worker::{Command, Worker, WorkerHandle};
-use super::{BatchObserver, Error, RuntimeConfig};
+use super::{BatchObserver, Error, LoadError, RuntimeConfig};
 use crate::apiserver::Cluster;
 use crate::informer::SharedInformerFactory;
 use crate::leader::Leadership;
@@ -508,7 +508,7 @@ impl Supervisor {
         let mut manifest = match manifest {
             Ok(manifest) => manifest,
             Err(error) => {
-                self.reject(name, &fingerprint, status, &Error::Manifest(error), reload);
+                self.reject(name, &fingerprint, status, &LoadError::Manifest(error), reload);
                 return;
             }
         };
@@ -526,7 +526,7 @@ impl Supervisor {
         let bytes = match bytes {
             Ok(bytes) => bytes,
             Err(source) => {
-                let error = Error::File { path: file, source };
+                let error = LoadError::File { path: file, source };
                 self.reject(name, &fingerprint, status, &error, reload);
                 return;
             }
@@ -545,7 +545,7 @@ impl Supervisor {
                     engine.load_file_bytes_within(&path, &bytes, limit)
                 });
                 let Ok(compiled) = tokio::time::timeout(limit, compile).await else {
-                    let error = Error::Timeout {
+                    let error = LoadError::Timeout {
                         plugin: name.to_owned(),
                         step: "compiling the plugin file",
                         limit,
@@ -564,7 +564,7 @@ impl Supervisor {
                             tracing::info!(plugin = %name, "plugin file still changing; waiting for it to settle");
                             return;
                         }
-                        self.reject(name, &fingerprint, status, &Error::Plugin(error), reload);
+                        self.reject(name, &fingerprint, status, &LoadError::Compile(error), reload);
                         return;
                     }
                 }
@@ -585,7 +585,7 @@ impl Supervisor {
         let env = match self.settings.resolve(&manifest.env) {
             Ok(env) => env,
             Err(source) => {
-                let error = Error::Settings {
+                let error = LoadError::Settings {
                     plugin: name.to_owned(),
                     source: Box::new(source),
                 };
@@ -679,7 +679,7 @@ impl Supervisor {
     }
 
     /// Records a version that could not load; an earlier version keeps running.
-    fn reject(&self, name: &str, fingerprint: &Fingerprint, status: &SharedStatus, error: &Error, reload: bool) {
+    fn reject(&self, name: &str, fingerprint: &Fingerprint, status: &SharedStatus, error: &LoadError, reload: bool) {
         let message = super::error_text(error);
         if reload {
             tracing::error!(plugin = %name, error = %message, "new version rejected; the running version keeps serving");

@@ -22,7 +22,7 @@ use super::pool::{Pool, TaskHandle};
 use super::rollout::{Link, Mirror, MirrorWork, Slot};
 use super::status::{PluginState, SharedStatus, update};
 use super::version::{Feed, Version};
-use super::{BatchObserver, Error};
+use super::{BatchObserver, LoadError};
 use crate::delta::Delta;
 use crate::plugin::PluginInstance;
 use crate::rollout::Role;
@@ -96,7 +96,7 @@ impl Worker {
         stopped: tokio::sync::watch::Receiver<bool>,
         observer: Option<BatchObserver>,
         slot: Arc<Slot>,
-    ) -> Result<WorkerHandle, Error> {
+    ) -> Result<WorkerHandle, LoadError> {
         let (commands, received) = tokio::sync::mpsc::unbounded_channel();
         let (feeds, _) = version.attach(name, Vec::new());
         show_queues(status, &feeds);
@@ -128,7 +128,7 @@ impl Worker {
         };
         let task = pool
             .spawn(&format!("plugin-{name}"), worker.run())
-            .map_err(|source| Error::Thread {
+            .map_err(|source| LoadError::Thread {
                 plugin: name.to_owned(),
                 source,
             })?;
