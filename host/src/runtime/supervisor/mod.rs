@@ -1,8 +1,13 @@
 //! The supervisor: brings the running plugins in line with what the plugin
 //! directory and the embedder hold — loads new plugins, prepares changed ones
 //! beside the running version and hands them to its worker, unloads removed
-//! ones — by the pure rule of [`step`]; `leadership` is the gate that runs a
-//! writing plugin only while this replica leads.
+//! ones — by the pure rule of [`step`].
+//!
+//! | file | what |
+//! | --- | --- |
+//! | this one | the plugins it knows, the rescan, the rollouts it sets up |
+//! | `load` | one load of one version, whose every failure is a `LoadError` reported once |
+//! | `leadership` | the gate that runs a writing plugin only while this replica leads it |
 //!
 //! Each plugin loads in a task of its own (compile, `init`, informers, cache
 //! sync), each step under its limit, so a plugin that is slow to load delays
@@ -11,27 +16,26 @@
 //! but the plugin's next compile waits for it to end.
 
 mod leadership;
+mod load;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use super::directory::{self, Fingerprint, PluginFiles};
+use super::directory::{self, Fingerprint};
 use super::embedded::EmbeddedPlugin;
 use super::pool::{Pool, TaskHandle};
 use super::rollout::{Link, Rollout, Slot};
 use super::settings::Settings;
-use super::status::{PluginState, PluginStatus, STATUS_LOG_LINES, SharedStatus, update};
-use super::version::{Context, Version, blocking};
-use super::worker::{Command, Worker, WorkerHandle};
-use super::{BatchObserver, Error, LoadError, RuntimeConfig};
+use super::status::{PluginState, PluginStatus, SharedStatus, update};
+use super::worker::{Command, WorkerHandle};
+use super::{BatchObserver, Error, RuntimeConfig};
 use crate::apiserver::Cluster;
 use crate::informer::SharedInformerFactory;
 use crate::leader::Leadership;
 use crate::manifest::EnvVar;
 use crate::outbound::{AddressPolicy, Resolver, in_cluster_api_server, interface_addresses};
-use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
+use crate::plugin::{LogSink, PluginComponent, PluginEngine};
 use crate::rollout::{Role, RolloutMode, RolloutPolicy, next_of};
 use crate::scope::Scope;
 use kinformer_informers::Recover as _;
@@ -484,236 +488,6 @@ impl Supervisor {
         {
             plugin.loading = None;
         }
-    }
-
-    /// Loads a new version of a plugin and hands it to its worker (or starts one).
-    async fn apply(&self, name: &str, files: PluginFiles, load: Load) {
-        let Load {
-            status,
-            component,
-            compiling,
-            outside_grant,
-        } = load;
-        let status = &status;
-        let reload = self.plugins().get(name).is_some_and(|plugin| plugin.applied.is_some());
-        let started = Instant::now();
-        let PluginFiles {
-            file,
-            bytes,
-            fingerprint,
-            manifest,
-            stamp,
-            component: given,
-        } = files;
-        let mut manifest = match manifest {
-            Ok(manifest) => manifest,
-            Err(error) => {
-                self.reject(name, &fingerprint, status, &LoadError::Manifest(error), reload);
-                return;
-            }
-        };
-        // A next version's rollout; a shadow's writes persist nothing, and
-        // its requests are never sent.
-        let rollout = next_of(name).map(|base| (base, manifest.rollout.unwrap_or_default()));
-        let shadow = matches!(rollout, Some((_, policy)) if policy.mode == RolloutMode::Shadow);
-        match rollout {
-            Some((_, policy)) if policy.mode == RolloutMode::Shadow => manifest.mode = crate::grant::WriteMode::DryRun,
-            None if manifest.rollout.is_some() => {
-                tracing::warn!(plugin = %name, "[rollout] applies to a next version only (NAME.next.toml); ignored");
-            }
-            _ => {}
-        }
-        let bytes = match bytes {
-            Ok(bytes) => bytes,
-            Err(source) => {
-                let error = LoadError::File { path: file, source };
-                self.reject(name, &fingerprint, status, &error, reload);
-                return;
-            }
-        };
-        let component = match given.or(component.filter(|component| component.digest() == fingerprint.digest)) {
-            Some(component) => component,
-            None => {
-                let engine = self.engine.clone();
-                let path = file.clone();
-                // One compile per plugin at a time: the lock goes with the
-                // compile, which cannot be interrupted, until it returns.
-                let turn = compiling.lock_owned().await;
-                let limit = manifest.limits.compile_timeout;
-                let compile = blocking(move || {
-                    let _turn = turn;
-                    engine.load_file_bytes_within(&path, &bytes, limit)
-                });
-                let Ok(compiled) = tokio::time::timeout(limit, compile).await else {
-                    let error = LoadError::Timeout {
-                        plugin: name.to_owned(),
-                        step: "compiling the plugin file",
-                        limit,
-                        key: "limits.compile-timeout-ms",
-                        detail: String::new(),
-                    };
-                    self.reject(name, &fingerprint, status, &error, reload);
-                    return;
-                };
-                match compiled {
-                    Ok(component) => component,
-                    Err(error) => {
-                        // A file still being written fails to compile: wait for it.
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        if stamp.is_some() && directory::stamp(&file) != stamp {
-                            tracing::info!(plugin = %name, "plugin file still changing; waiting for it to settle");
-                            return;
-                        }
-                        self.reject(name, &fingerprint, status, &LoadError::Compile(error), reload);
-                        return;
-                    }
-                }
-            }
-        };
-        let writes = !manifest.grant.writes().is_empty() || component.is_controller();
-        {
-            let mut plugins = self.plugins();
-            plugins.entry(name.to_owned()).and_modify(|plugin| {
-                plugin.component = Some(component.clone());
-                plugin.writes = writes;
-            });
-            self.offer_writers(&plugins);
-        }
-        if writes && self.stand_by(&mut self.plugins(), name, &fingerprint, status) {
-            return;
-        }
-        let env = match self.settings.resolve(&manifest.env) {
-            Ok(env) => env,
-            Err(source) => {
-                let error = LoadError::Settings {
-                    plugin: name.to_owned(),
-                    source: Box::new(source),
-                };
-                self.reject(name, &fingerprint, status, &error, reload);
-                return;
-            }
-        };
-        let context = Context {
-            factory: &self.factory,
-            env,
-            scope: &self.scope,
-            log_sink: self.status_sink(status),
-            cluster: &self.cluster,
-            addresses: &self.addresses,
-            resolver: &self.resolver,
-            shadow,
-            status,
-            outside_grant,
-        };
-        let version = match Version::prepare(name, component, manifest, context).await {
-            Ok(version) => version,
-            Err(error) => {
-                self.reject(name, &fingerprint, status, &error, reload);
-                return;
-            }
-        };
-
-        let mut plugins = self.plugins();
-        // Leading may have ended while it loaded.
-        if writes && self.stand_by(&mut plugins, name, &fingerprint, status) {
-            return;
-        }
-        let Some(plugin) = plugins.get_mut(name) else { return };
-        // A load that a later rescan dropped (its file changed again, or
-        // back) after its last await swaps nothing in.
-        if plugin
-            .loading
-            .as_ref()
-            .is_none_or(|loading| loading.fingerprint != fingerprint)
-        {
-            tracing::debug!(plugin = %name, "a dropped load finished; its version is discarded");
-            return;
-        }
-        plugin.applied = Some(fingerprint.clone());
-        // The same file may load now that its settings or manifest changed.
-        update(status, |status| {
-            status.load_error = None;
-            if status.rejected_digest.as_ref() == Some(&fingerprint.digest) {
-                status.rejected_digest = None;
-            }
-        });
-        let swapped = match plugin.worker.as_ref().filter(|worker| worker.alive()) {
-            Some(worker) => match worker.commands.send(Command::Swap(Box::new(version))) {
-                Ok(()) => {
-                    tracing::info!(
-                        plugin = %name,
-                        digest = &fingerprint.digest[..12],
-                        prepare_ms = started.elapsed().as_millis() as u64,
-                        "new version ready; swapping it in between two batches"
-                    );
-                    None
-                }
-                Err(tokio::sync::mpsc::error::SendError(Command::Swap(version))) => Some(*version),
-                Err(_) => return,
-            },
-            None => Some(version),
-        };
-        if let Some(version) = swapped {
-            let slot = Arc::clone(&plugin.slot);
-            match Worker::spawn(
-                &self.pool,
-                name,
-                status,
-                version,
-                self.stop.subscribe(),
-                self.observer.clone(),
-                slot,
-            ) {
-                Ok(worker) => plugin.worker = Some(worker),
-                Err(error) => {
-                    drop(plugins);
-                    self.reject(name, &fingerprint, status, &error, reload);
-                    return;
-                }
-            }
-        }
-        drop(plugins);
-        if let Some((base, policy)) = rollout {
-            self.start_rollout(base, name, policy, &fingerprint.digest);
-        }
-    }
-
-    /// Records a version that could not load; an earlier version keeps running.
-    fn reject(&self, name: &str, fingerprint: &Fingerprint, status: &SharedStatus, error: &LoadError, reload: bool) {
-        let message = super::error_text(error);
-        if reload {
-            tracing::error!(plugin = %name, error = %message, "new version rejected; the running version keeps serving");
-        } else {
-            tracing::error!(plugin = %name, error = %message, "plugin not started");
-        }
-        if let Some(plugin) = self.plugins().get_mut(name) {
-            plugin.applied = Some(fingerprint.clone());
-        }
-        update(status, |status| {
-            status.load_error = Some(message);
-            status.rejected_digest = Some(fingerprint.digest.clone());
-            if status.running_digest.is_none() {
-                status.state = PluginState::Failed;
-            }
-        });
-    }
-
-    /// A log sink that keeps the plugin's recent lines in its status, across
-    /// restarts and reloads, and passes them on to the runtime's sink.
-    fn status_sink(&self, status: &SharedStatus) -> LogSink {
-        let status = Arc::clone(status);
-        let next = self.log_sink.clone();
-        Arc::new(move |plugin: &str, line: &LogLine| {
-            update(&status, |status| {
-                if status.recent_logs.len() == STATUS_LOG_LINES {
-                    status.recent_logs.pop_front();
-                }
-                status.recent_logs.push_back(line.clone());
-            });
-            if let Some(next) = &next {
-                next(plugin, line);
-            }
-        })
     }
 }
 
