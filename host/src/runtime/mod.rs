@@ -27,14 +27,15 @@
 //! workers to a spare.
 //!
 //! The runtime follows the directory ([`notify`], debounced with a maximum
-//! wait): a new file is loaded, a changed file or manifest is loaded beside the
-//! running version (compiled, or taken from the disk cache; started; its
-//! caches synced) and swapped in between two batches, a removed file is drained
-//! and unloaded. The new version first receives, flagged initial-list, exactly
-//! the state the old one had been handed, then the same queue goes on: every
-//! delta reaches exactly one version. A file that does not load leaves the old
-//! version serving and is not retried until it changes; a new version that keeps
-//! failing right after its swap is rolled back to the previous one.
+//! wait): a new file is loaded; a changed file or manifest is the plugin's
+//! next version, loaded beside the running version (compiled, or taken from
+//! the disk cache; started; its caches synced) and swapped in between two
+//! batches; a removed file is drained and unloaded. The next version first
+//! receives, flagged initial-list, exactly the state the running version had
+//! been handed, then the same queue goes on: every delta reaches exactly one
+//! version. A next version that does not load leaves the running version
+//! serving and is not retried until it changes; one that keeps failing right
+//! after its swap is rolled back to the previous one.
 //!
 //! With leader election ([`RuntimeConfig::leader_election`], [`crate::leader`]),
 //! plugins that can write (a write grant, or the controller world) run only
@@ -48,13 +49,19 @@
 //! see `metrics`), the probes `/healthz` and `/readyz`, and the host at a
 //! glance ([`overview`]) as a page (`/`, see `page`) and as JSON (`/overview`).
 //!
-//! The pieces, in the order a plugin meets them: `directory` (which files are
-//! plugins, reading them once, the debounced watch), `supervisor` (the
-//! directory → running plugins loop), `version` (one version started: `init`,
-//! the grant's review, informers synced), `worker` (the thread that serves a
-//! version's deltas), `lifecycle` (the pure restart, quarantine and rollback
-//! rules the worker follows) and [`status`](PluginStatus) (what each plugin is
-//! doing, served as JSON).
+//! The pieces, in the order a plugin meets them:
+//!
+//! | module | what it owns |
+//! | --- | --- |
+//! | `config`, `error` | [`RuntimeConfig`]; [`Error`] (the runtime could not start) and `LoadError` (one version could not load) |
+//! | `directory`, `embedded` | which files are plugins, reading them once, the debounced watch; plugins given in code |
+//! | `settings` | the Secrets and ConfigMaps a manifest's `[env]` names, watched |
+//! | `supervisor` | the directory → running plugins loop, one load at a time per plugin, the leadership gate |
+//! | `version`, [`prepare`] | one version started: `init`, the grant's review, informers synced |
+//! | `worker`, `pool` | the task that serves a version's deltas, and the threads it runs on |
+//! | `lifecycle` | the pure restart, quarantine and rollback rules the worker follows |
+//! | `rollout`, `controller` | a next version beside the running one; a controller's workqueue |
+//! | [`status`](PluginStatus), `metrics`, [`overview`], `page`, `server` | what each plugin is doing, served as JSON, metrics and a page |
 
 mod config;
 mod controller;

@@ -215,7 +215,7 @@ impl Version {
 
     /// The listener queues this version reads from: those of `previous` that
     /// deliver the same stream are kept, with a replay of what they handed out
-    /// (so this version starts exactly where the old one stopped); the others
+    /// (so this version starts exactly where the running one stopped); the others
     /// are new and start with the cache as an initial list.
     pub(super) fn attach(&self, name: &str, mut previous: Vec<Feed>) -> (Vec<Feed>, VecDeque<Delta>) {
         let mut feeds = Vec::new();

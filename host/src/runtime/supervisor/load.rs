@@ -199,7 +199,7 @@ impl Supervisor {
                         plugin = %name,
                         digest = &fingerprint.digest[..12],
                         prepare_ms = started.elapsed().as_millis() as u64,
-                        "new version ready; swapping it in between two batches"
+                        "next version ready; swapping it in between two batches"
                     );
                     None
                 }
@@ -230,7 +230,7 @@ impl Supervisor {
     fn reject(&self, name: &str, fingerprint: &Fingerprint, status: &SharedStatus, error: &LoadError, reload: bool) {
         let message = error_text(error);
         if reload {
-            tracing::error!(plugin = %name, error = %message, "new version rejected; the running version keeps serving");
+            tracing::error!(plugin = %name, error = %message, "next version rejected; the running version keeps serving");
         } else {
             tracing::error!(plugin = %name, error = %message, "plugin not started");
         }

@@ -250,24 +250,25 @@ impl Supervisor {
         self.rollouts.lock().recover()
     }
 
-    /// Puts `next`'s running version beside its plugin's (`base`) under
-    /// `policy`, or hands an existing rollout the new next version. Without
-    /// a running `base`, the next version runs on its own.
-    fn start_rollout(&self, base: &str, next: &str, policy: RolloutPolicy, digest: &str) {
+    /// Puts `next_name` (the next version of `plugin`, of `digest`) beside
+    /// `plugin`'s running version under `policy`, or hands an existing
+    /// rollout the new next version. Without `plugin`, the next version
+    /// runs on its own.
+    fn start_rollout(&self, plugin: &str, next_name: &str, policy: RolloutPolicy, digest: &str) {
         let plugins = self.plugins();
-        let (Some(live), Some(candidate)) = (plugins.get(base), plugins.get(next)) else {
-            tracing::warn!(plugin = %next, base = %base, "a next version without its plugin runs on its own");
+        let (Some(running), Some(next)) = (plugins.get(plugin), plugins.get(next_name)) else {
+            tracing::warn!(plugin = %next_name, next_of = %plugin, "a next version without its plugin runs on its own");
             return;
         };
         let mut rollouts = self.rollouts();
-        let rollout = match rollouts.get(base) {
+        let rollout = match rollouts.get(plugin) {
             Some(rollout) => {
                 rollout.retarget(policy, digest);
                 Arc::clone(rollout)
             }
             None => {
-                let rollout = Rollout::new(base, policy, digest, [&live.slot, &candidate.slot]);
-                rollouts.insert(base.to_owned(), Arc::clone(&rollout));
+                let rollout = Rollout::new(plugin, policy, digest, [&running.slot, &next.slot]);
+                rollouts.insert(plugin.to_owned(), Arc::clone(&rollout));
                 rollout
             }
         };
@@ -276,31 +277,31 @@ impl Supervisor {
             RolloutMode::Canary => format!(" owning {}% of the keys", policy.percent),
         };
         tracing::info!(
-            plugin = %base,
+            plugin = %plugin,
             next = &digest[..12.min(digest.len())],
             mode = %policy.mode,
             "next version runs beside the running one as a {}{share}",
             policy.mode
         );
-        live.slot.set(Some(Link {
+        running.slot.set(Some(Link {
             rollout: Arc::clone(&rollout),
-            role: Role::Live,
+            role: Role::Running,
         }));
-        candidate.slot.set(Some(Link {
+        next.slot.set(Some(Link {
             rollout,
             role: Role::Next,
         }));
     }
 
-    /// Ends the rollout of `base`'s next version (it was removed or promoted,
-    /// or `base` was): the running version owns every key again.
-    fn end_rollout(&self, base: &str) {
-        let Some(rollout) = self.rollouts().remove(base) else {
+    /// Ends the rollout of `plugin`'s next version (it was removed or
+    /// promoted, or `plugin` was): the running version owns every key again.
+    fn end_rollout(&self, plugin: &str) {
+        let Some(rollout) = self.rollouts().remove(plugin) else {
             return;
         };
-        tracing::info!(plugin = %base, "next version gone: the running version owns every key");
+        tracing::info!(plugin = %plugin, "next version gone: the running version owns every key");
         let plugins = self.plugins();
-        for name in [base.to_owned(), format!("{base}{}", crate::rollout::NEXT_SUFFIX)] {
+        for name in [plugin.to_owned(), format!("{plugin}{}", crate::rollout::NEXT_SUFFIX)] {
             if let Some(plugin) = plugins.get(&name) {
                 plugin.slot.set(None);
             }
@@ -437,7 +438,7 @@ impl Supervisor {
                     continue;
                 }
                 Step::Cancel => {
-                    tracing::info!(plugin = %name, "plugin file changed back while its new version loaded: the load is dropped");
+                    tracing::info!(plugin = %name, "plugin file changed back while its next version loaded: the load is dropped");
                     if let Some(loading) = plugin.loading.take() {
                         loading.task.abort();
                     }

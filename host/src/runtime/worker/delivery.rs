@@ -93,7 +93,7 @@ impl Worker {
     /// whichever comes first of a batch, a command, the stop signal and `due`.
     pub(super) async fn next_work(&mut self, due: Option<Instant>) -> Work {
         let serving = self.instance.is_some() && self.lifecycle.state() == State::Serving;
-        let max_batch = self.live.manifest.limits.max_batch;
+        let max_batch = self.running.manifest.limits.max_batch;
         let moment = Moment {
             serving,
             pending: self.pending.len(),
@@ -101,7 +101,7 @@ impl Worker {
             interrupted: due.is_some() || *self.stopped.borrow() || !self.commands.is_empty(),
             after_call: std::mem::take(&mut self.gathering),
         };
-        let take = next_take(&moment, max_batch, self.live.manifest.limits.batch_window);
+        let take = next_take(&moment, max_batch, self.running.manifest.limits.batch_window);
         if let Take::Pending(count) = take {
             return Work::Batch(self.pending.drain(..count).collect());
         }
@@ -187,7 +187,7 @@ impl Worker {
 
     /// Handles what is queued now (not what arrives meanwhile), before unloading.
     pub(super) async fn drain(&mut self) {
-        let max_batch = self.live.manifest.limits.max_batch;
+        let max_batch = self.running.manifest.limits.max_batch;
         let mut batches: Vec<Vec<Delta>> = Vec::new();
         while !self.pending.is_empty() {
             let take = self.pending.len().min(max_batch);
@@ -224,7 +224,7 @@ impl Worker {
     /// rejects it. A failed instance is dropped.
     async fn deliver(&mut self, batch: &[Delta]) -> Delivery {
         let count = batch.len() as u64;
-        let policy = self.live.manifest.failures;
+        let policy = self.running.manifest.failures;
         let mut attempt = 0_u32;
         self.call_failed = false;
         if let Some(observer) = &self.observer {
@@ -318,10 +318,10 @@ impl<'a> CallError<'a> {
 /// What the worker knows when it looks for its next work.
 #[derive(Debug, Clone, Copy, Default)]
 struct Moment {
-    /// A live instance serves deltas (not starting, restarting or
+    /// An instance serves deltas (not starting, restarting or
     /// quarantined).
     serving: bool,
-    /// Replayed deltas waiting (a new version's initial list).
+    /// Replayed deltas waiting (the initial list of a version just swapped in).
     pending: usize,
     /// The plugin is a controller: deltas only queue keys.
     controller: bool,

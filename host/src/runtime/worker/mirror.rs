@@ -43,7 +43,7 @@ impl Worker {
                 return None;
             }
             self.rolled_back = true;
-            let digest = self.live.digest().to_owned();
+            let digest = self.running.digest().to_owned();
             update(&self.status, |status| {
                 status.rollbacks += 1;
                 status.rejected_digest = Some(digest);
@@ -62,16 +62,16 @@ impl Worker {
     /// either version counts how it went.
     pub(super) async fn observed(&mut self, work: MirrorWork) -> Delivery {
         let link = self.link.clone();
-        drop(self.live.take_written());
+        drop(self.running.take_written());
         let mirrored = link
             .as_ref()
-            .filter(|link| link.role == Role::Live)
-            .and_then(|link| link.rollout.mirror(work.clone(), &self.live.manifest.grant));
+            .filter(|link| link.role == Role::Running)
+            .and_then(|link| link.rollout.mirror(work.clone(), &self.running.manifest.grant));
         if let Some((_, inputs)) = &mirrored {
             self.share_inputs(Some(SharedInputs::Record(Arc::clone(inputs))));
         }
         let delivery = self.call(&work).await;
-        let written = self.live.take_written();
+        let written = self.running.take_written();
         let refusals = written.iter().filter(|write| !write.is_ok()).count();
         if let Some((sender, inputs)) = mirrored {
             self.share_inputs(None);
@@ -93,20 +93,21 @@ impl Worker {
             link.rollout.skipped();
             return Delivery::Done;
         }
-        drop(self.live.take_written());
-        // Granted alike, it is answered what the running version was.
-        if mirror.grant == self.live.manifest.grant {
+        drop(self.running.take_written());
+        // Granted as the running version is, it gets the running version's
+        // answers; granted otherwise, it reads for itself.
+        if mirror.grant == self.running.manifest.grant {
             self.share_inputs(Some(SharedInputs::Replay(Arc::clone(&mirror.inputs))));
         }
         let delivery = self.call(&mirror.work).await;
         self.share_inputs(None);
-        let written = self.live.take_written();
+        let written = self.running.take_written();
         let refusals = written.iter().filter(|write| !write.is_ok()).count();
         link.rollout.record(Role::Next, self.call_kind(&delivery), refusals);
-        let wait = self.live.manifest.limits.call_timeout + self.live.manifest.limits.write_timeout;
-        let live = tokio::time::timeout(wait, mirror.live).await;
-        match live {
-            Ok(Ok(live)) => link.rollout.compared(mirror.work.key(), &compare(&live, &written)),
+        let wait = self.running.manifest.limits.call_timeout + self.running.manifest.limits.write_timeout;
+        let running = tokio::time::timeout(wait, mirror.running).await;
+        match running {
+            Ok(Ok(running)) => link.rollout.compared(mirror.work.key(), &compare(&running, &written)),
             _ => link.rollout.skipped(),
         }
         delivery

@@ -30,7 +30,7 @@ use delivery::{Delivery, ErrorLines, Work};
 
 /// What a worker is told between two batches.
 pub(super) enum Command {
-    /// Swap in a new version.
+    /// Swap in the next version.
     Swap(Box<Version>),
     /// Handle what is queued, then stop.
     Unload,
@@ -58,8 +58,8 @@ pub(super) struct Worker {
     status: SharedStatus,
     stopped: tokio::sync::watch::Receiver<bool>,
     commands: tokio::sync::mpsc::UnboundedReceiver<Command>,
-    live: Version,
-    /// The version before the live one, for a rollback while on probation.
+    running: Version,
+    /// The version before the running one, for a rollback while on probation.
     previous: Option<Version>,
     lifecycle: Lifecycle,
     /// The instance, while serving.
@@ -111,7 +111,7 @@ impl Worker {
             commands: received,
             lifecycle: Lifecycle::new(version.manifest.failures),
             instance: version.instance.take(),
-            live: version,
+            running: version,
             previous: None,
             feeds,
             pending: VecDeque::new(),
@@ -138,7 +138,7 @@ impl Worker {
     /// Serves the plugin until it is stopped or unloaded: each turn does what
     /// the state asks and steps the lifecycle with what happened.
     async fn run(mut self) {
-        self.went_live();
+        self.show_running();
         self.relink();
         loop {
             let state = self.lifecycle.state();
@@ -229,7 +229,7 @@ impl Worker {
     /// no longer needs.
     fn entered(&mut self, from: State, to: State) {
         match to {
-            State::Serving if from != State::Serving => self.went_live(),
+            State::Serving if from != State::Serving => self.show_running(),
             State::Restarting { at } => {
                 self.instance = None;
                 update(&self.status, |status| status.state = PluginState::Restarting);
@@ -242,7 +242,7 @@ impl Worker {
                 show_queues(&self.status, &self.feeds);
                 self.pending.clear();
                 if !self.rolled_back {
-                    let window_s = self.live.manifest.failures.restart_window.as_secs();
+                    let window_s = self.running.manifest.failures.restart_window.as_secs();
                     let failures = self.lifecycle.recent_failures();
                     tracing::error!(
                         plugin = %self.name,
@@ -265,14 +265,14 @@ impl Worker {
         }
     }
 
-    /// Records that the live version handles deltas from now on.
-    fn went_live(&self) {
+    /// Records that the running version handles deltas from now on.
+    fn show_running(&self) {
         update(&self.status, |status| {
             status.state = PluginState::Running;
-            status.running_digest = Some(self.live.digest().to_owned());
-            status.registration = Some(self.live.registration.clone());
-            status.cpu_millicores = self.live.manifest.limits.cpu_millicores;
-            status.refused = self.live.refused.iter().map(ToString::to_string).collect();
+            status.running_digest = Some(self.running.digest().to_owned());
+            status.registration = Some(self.running.registration.clone());
+            status.cpu_millicores = self.running.manifest.limits.cpu_millicores;
+            status.refused = self.running.refused.iter().map(ToString::to_string).collect();
         });
     }
 
@@ -286,34 +286,34 @@ impl Worker {
                 self.instance = version.instance.take();
                 (self.feeds, self.pending) = version.attach(&self.name, std::mem::take(&mut self.feeds));
                 show_queues(&self.status, &self.feeds);
-                let old = std::mem::replace(&mut self.live, version);
+                let old = std::mem::replace(&mut self.running, version);
                 tracing::info!(
                     plugin = %self.name,
                     from = &old.digest()[..12],
-                    to = &self.live.digest()[..12],
+                    to = &self.running.digest()[..12],
                     replayed = self.pending.len(),
-                    "swapped in the new version"
+                    "swapped in the next version"
                 );
                 self.previous = Some(old);
                 self.rolled_back = false;
-                self.follow_live_version();
+                self.follow_running_version();
                 update(&self.status, |status| status.reloads += 1);
-                self.went_live();
+                self.show_running();
                 Event::Swapped {
-                    policy: self.live.manifest.failures,
+                    policy: self.running.manifest.failures,
                     with_previous: true,
                 }
             }
         }
     }
 
-    /// Starts a fresh instance of the live version, from the cache as an
+    /// Starts a fresh instance of the running version, from the cache as an
     /// initial list.
     fn restart(&mut self) -> Event {
-        match self.live.fresh_instance() {
+        match self.running.fresh_instance() {
             Ok(fresh) => {
                 self.instance = Some(fresh);
-                (self.feeds, _) = self.live.attach(&self.name, Vec::new());
+                (self.feeds, _) = self.running.attach(&self.name, Vec::new());
                 show_queues(&self.status, &self.feeds);
                 self.pending.clear();
                 if let Some(keys) = &self.keys {
@@ -331,28 +331,28 @@ impl Worker {
         }
     }
 
-    /// Replaces the live version by the previous one, which starts afresh where
+    /// Replaces the running version by the previous one, which starts afresh where
     /// the failed one stopped.
     fn roll_back(&mut self) -> Event {
         let Some(previous) = self.previous.take() else {
             return self.restart();
         };
-        let failed = std::mem::replace(&mut self.live, previous);
+        let failed = std::mem::replace(&mut self.running, previous);
         tracing::error!(
             plugin = %self.name,
             failed = &failed.digest()[..12],
-            restored = &self.live.digest()[..12],
-            "the new version keeps failing: rolled back to the previous one"
+            restored = &self.running.digest()[..12],
+            "the version swapped in keeps failing: rolled back to the previous one"
         );
         update(&self.status, |status| {
             status.rollbacks += 1;
             status.rejected_digest = Some(failed.digest().to_owned());
         });
-        self.lifecycle.set_policy(self.live.manifest.failures);
-        (self.feeds, self.pending) = self.live.attach(&self.name, std::mem::take(&mut self.feeds));
+        self.lifecycle.set_policy(self.running.manifest.failures);
+        (self.feeds, self.pending) = self.running.attach(&self.name, std::mem::take(&mut self.feeds));
         show_queues(&self.status, &self.feeds);
-        self.follow_live_version();
-        match self.live.fresh_instance() {
+        self.follow_running_version();
+        match self.running.fresh_instance() {
             Ok(instance) => {
                 self.instance = Some(instance);
                 Event::Started
@@ -366,11 +366,11 @@ impl Worker {
         }
     }
 
-    /// Points a controller's workqueue at the live version (a reload or a
+    /// Points a controller's workqueue at the running version (a reload or a
     /// rollback) and queues every primary key, so the version reconciles the
     /// whole state; what was queued before stays queued.
-    fn follow_live_version(&mut self) {
-        self.keys = match (self.keys.take(), self.live.controller.clone()) {
+    fn follow_running_version(&mut self) {
+        self.keys = match (self.keys.take(), self.running.controller.clone()) {
             (_, None) => None,
             (Some(mut keys), Some((spec, primary))) => {
                 keys.retarget(spec, primary);
@@ -380,7 +380,7 @@ impl Worker {
         };
         if let Some(keys) = &self.keys {
             let queued = keys.enqueue_all();
-            tracing::info!(plugin = %self.name, keys = queued, "every primary key queued for the live version");
+            tracing::info!(plugin = %self.name, keys = queued, "every primary key queued for the running version");
         }
     }
 
