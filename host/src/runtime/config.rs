@@ -9,7 +9,7 @@ use crate::delta::Delta;
 use crate::leader::LeaderElectionConfig;
 use crate::plugin::{EngineOptions, LogSink};
 
-/// Settings of the runtime.
+/// What a runtime runs, and how.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct RuntimeConfig {

@@ -103,7 +103,7 @@ impl EmbeddedPlugin {
             fingerprint: Fingerprint {
                 digest,
                 manifest: Some(format!("{:?}", self.manifest)),
-                settings: None,
+                env: None,
             },
             manifest: Ok(self.manifest.clone()),
             stamp: None,

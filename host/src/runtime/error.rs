@@ -9,8 +9,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::env::EnvError;
 use super::prepare::PrepareError;
-use super::settings::SettingsError;
 
 /// Why the runtime could not start, or refused an embedder's plugin: what
 /// [`Runtime::start`](super::Runtime::start) and its siblings return. A
@@ -95,14 +95,14 @@ pub(crate) enum LoadError {
         #[source]
         source: Box<crate::informer::Error>,
     },
-    /// A setting of its `[env]` could not be read from the cluster.
+    /// A variable of its `[env]` could not be read from the cluster.
     #[error("{plugin}: {source}")]
-    Settings {
+    Env {
         /// The plugin's name.
         plugin: String,
         /// Which, and why.
         #[source]
-        source: Box<SettingsError>,
+        source: Box<EnvError>,
     },
     /// A step of loading the plugin took longer than its limit.
     #[error("{plugin}: {step} took longer than {} ms ({key}){detail}", limit.as_millis())]

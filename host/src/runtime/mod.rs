@@ -55,7 +55,7 @@
 //! | --- | --- |
 //! | `config`, `error` | [`RuntimeConfig`]; [`Error`] (the runtime could not start) and `LoadError` (one version could not load) |
 //! | `directory`, `embedded` | which files are plugins, reading them once, the debounced watch; plugins given in code |
-//! | `settings` | the Secrets and ConfigMaps a manifest's `[env]` names, watched |
+//! | `env` | the Secrets and ConfigMaps a manifest's `[env]` names, watched |
 //! | `supervisor` | the directory → running plugins loop, one load at a time per plugin, the leadership gate |
 //! | `version`, [`prepare`] | one version started: `init`, the grant's review, informers synced |
 //! | `worker`, `pool` | the task that serves a version's deltas, and the threads it runs on |
@@ -67,6 +67,7 @@ mod config;
 mod controller;
 mod directory;
 mod embedded;
+mod env;
 mod error;
 mod lifecycle;
 mod metrics;
@@ -76,7 +77,6 @@ pub(crate) mod pool;
 pub mod prepare;
 mod rollout;
 mod server;
-mod settings;
 mod status;
 mod supervisor;
 mod version;
@@ -93,10 +93,10 @@ pub use config::{BatchObserver, RuntimeConfig};
 pub use controller::keys_for;
 pub use directory::plugin_files;
 pub use embedded::EmbeddedPlugin;
+pub use env::{EnvError, EnvProblem, MAX_ENV_VALUE_BYTES};
 pub use error::Error;
 pub(crate) use error::{LoadError, error_text};
 pub use overview::Overview;
-pub use settings::{MAX_SETTING_BYTES, SettingsError, SettingsProblem};
 pub use status::{PluginState, PluginStatus};
 
 use supervisor::Supervisor;
@@ -105,8 +105,9 @@ use supervisor::Supervisor;
 pub struct Runtime {
     supervisor: Arc<Supervisor>,
     watcher: Option<tokio::task::JoinHandle<()>>,
-    /// Rescans when a plugin's setting changes.
-    settings_follower: tokio::task::JoinHandle<()>,
+    /// Rescans when a value a plugin's `[env]` takes from the cluster
+    /// changes.
+    env_follower: tokio::task::JoinHandle<()>,
     /// Keeps the API server's addresses current for the plugins' outbound
     /// HTTP.
     api_server_follower: tokio::task::JoinHandle<()>,
@@ -198,9 +199,9 @@ impl Runtime {
             });
             (election, follower)
         });
-        let settings_follower = {
+        let env_follower = {
             let weak = Arc::downgrade(&supervisor);
-            let changed = Arc::clone(&supervisor.settings.changed);
+            let changed = Arc::clone(&supervisor.env.changed);
             tokio::spawn(async move {
                 loop {
                     changed.notified().await;
@@ -240,7 +241,7 @@ impl Runtime {
         let mut runtime = Self {
             supervisor,
             watcher,
-            settings_follower,
+            env_follower,
             api_server_follower,
             election,
             status_address: None,
@@ -380,7 +381,7 @@ impl Runtime {
     /// the plugins do. A leader then releases its Lease, so another replica
     /// takes over at once.
     pub async fn shutdown(mut self) -> Vec<PluginStatus> {
-        self.settings_follower.abort();
+        self.env_follower.abort();
         self.api_server_follower.abort();
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
@@ -415,7 +416,7 @@ impl Drop for Runtime {
     /// Stops without releasing a Lease it holds, as a replica that dies does:
     /// the Lease expires.
     fn drop(&mut self) {
-        self.settings_follower.abort();
+        self.env_follower.abort();
         self.api_server_follower.abort();
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();

@@ -52,7 +52,7 @@ pub(super) struct Version {
 /// Where a version runs: the host's informers and limits, and where its log goes.
 pub(super) struct Context<'a> {
     pub(super) factory: &'a SharedInformerFactory,
-    /// The plugin's environment, its settings resolved.
+    /// The plugin's environment, its `[env]` resolved.
     pub(super) env: Vec<(String, String)>,
     /// The namespaces the host itself is confined to.
     pub(super) scope: &'a Scope,

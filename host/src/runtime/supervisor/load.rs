@@ -99,13 +99,10 @@ impl Supervisor {
         if writes && self.stand_by(&mut self.plugins(), name, &fingerprint, status) {
             return Ok(None);
         }
-        let env = self
-            .settings
-            .resolve(&manifest.env)
-            .map_err(|source| LoadError::Settings {
-                plugin: name.to_owned(),
-                source: Box::new(source),
-            })?;
+        let env = self.env.resolve(&manifest.env).map_err(|source| LoadError::Env {
+            plugin: name.to_owned(),
+            source: Box::new(source),
+        })?;
         let context = Context {
             factory: &self.factory,
             env,
@@ -185,7 +182,7 @@ impl Supervisor {
             return Ok(());
         }
         plugin.applied = Some(fingerprint.clone());
-        // The same file may load now that its settings or manifest changed.
+        // The same file may load now that its env or manifest changed.
         update(status, |status| {
             status.load_error = None;
             if status.rejected_digest.as_ref() == Some(&fingerprint.digest) {

@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 
 use super::directory::{self, Fingerprint};
 use super::embedded::EmbeddedPlugin;
+use super::env::EnvSources;
 use super::pool::{Pool, TaskHandle};
 use super::rollout::{Link, Rollout, Slot};
-use super::settings::Settings;
 use super::status::{PluginState, PluginStatus, SharedStatus, update};
 use super::worker::{Command, WorkerHandle};
 use super::{BatchObserver, Error, RuntimeConfig};
@@ -143,7 +143,7 @@ pub(super) struct Supervisor {
     /// How plugins' outbound HTTP looks names up.
     resolver: Resolver,
     /// The Secrets and ConfigMaps the plugins' `[env]` name, watched.
-    pub(super) settings: Settings,
+    pub(super) env: EnvSources,
     /// The leader election's view, when there is one.
     pub(super) election: Option<Leadership>,
     /// Set once the directory was scanned: every plugin of it is known.
@@ -185,7 +185,7 @@ impl Supervisor {
                 policy
             },
             resolver: config.resolver.clone(),
-            settings: Settings::new(factory.client().clone()),
+            env: EnvSources::new(factory.client().clone()),
             factory,
             dir: config.plugins.clone(),
             embedded: Mutex::default(),
@@ -373,14 +373,14 @@ impl Supervisor {
             .filter_map(|files| files.manifest.as_ref().ok().map(|manifest| manifest.env.clone()))
             .collect();
         for env in &envs {
-            self.settings.watch(env).await;
+            self.env.watch(env).await;
         }
         if scanned {
-            self.settings.retain(envs.iter().map(Vec::as_slice));
+            self.env.retain(envs.iter().map(Vec::as_slice));
         }
         for files in wanted.values_mut() {
             if let Ok(manifest) = &files.manifest {
-                files.fingerprint.settings = self.settings.digest(&manifest.env);
+                files.fingerprint.env = self.env.digest(&manifest.env);
             }
         }
 
@@ -500,7 +500,7 @@ mod tests {
         Fingerprint {
             digest: digest.into(),
             manifest: None,
-            settings: None,
+            env: None,
         }
     }
 
@@ -526,13 +526,13 @@ mod tests {
     }
 
     #[test]
-    fn a_file_changed_back_while_its_new_version_loads_drops_that_load() {
+    fn a_file_changed_back_while_its_next_version_loads_drops_that_load() {
         let (one, two) = (version("1"), version("2"));
         assert_eq!(step(Some(&one), Some(&two), &one), Step::Cancel);
     }
 
     #[test]
-    fn a_manifest_change_is_a_new_version() {
+    fn a_manifest_change_is_a_next_version() {
         let plain = version("1");
         let configured = Fingerprint {
             manifest: Some("config = \"x\"".into()),
@@ -540,23 +540,23 @@ mod tests {
         };
         assert_eq!(step(Some(&plain), None, &configured), Step::Load);
         let secret_changed = Fingerprint {
-            settings: Some("b".into()),
+            env: Some("b".into()),
             ..Fingerprint {
-                settings: Some("a".into()),
+                env: Some("a".into()),
                 ..configured.clone()
             }
         };
         assert_eq!(
             step(
                 Some(&Fingerprint {
-                    settings: Some("a".into()),
+                    env: Some("a".into()),
                     ..configured.clone()
                 }),
                 None,
                 &secret_changed
             ),
             Step::Load,
-            "a setting's new value is a new version"
+            "a new value of its env is a next version"
         );
     }
 }
