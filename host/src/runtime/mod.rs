@@ -102,6 +102,20 @@ pub use status::{PluginState, PluginStatus};
 use supervisor::Supervisor;
 
 /// The running plugins: those of a directory, and those an embedder gave.
+///
+/// What each call waits for (a plugin's load is its compile, `init`,
+/// registration review and cache sync, each bounded by its manifest's
+/// limits):
+///
+/// | call | returns once |
+/// | --- | --- |
+/// | [`start`](Runtime::start), [`start_with`](Runtime::start_with) | every plugin's load ended: loaded, failed, or standing by for leadership |
+/// | [`launch`](Runtime::launch), [`launch_with`](Runtime::launch_with) | the loads began; it waits for none |
+/// | [`rescan`](Runtime::rescan), [`add_plugin`](Runtime::add_plugin), [`remove_plugin`](Runtime::remove_plugin) | every load it began, or found running, ended |
+/// | [`shutdown`](Runtime::shutdown) | every worker finished its call, or [`SHUTDOWN_GRACE`] passed |
+///
+/// The names are the public API embedders already call; the table, and
+/// each call's first line, say what they wait for.
 pub struct Runtime {
     supervisor: Arc<Supervisor>,
     watcher: Option<tokio::task::JoinHandle<()>>,
@@ -127,9 +141,10 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Starts every plugin of the directory against the cluster `client` talks
-    /// to, then (with [`RuntimeConfig::watch`]) follows the directory. Returns
-    /// once every plugin was tried, as [`Runtime::rescan`] does; the status
+    /// Starts the runtime and waits for every plugin's load: loads every
+    /// plugin of the directory against the cluster `client` talks to, then
+    /// (with [`RuntimeConfig::watch`]) follows the directory. Returns once
+    /// every plugin was tried, as [`Runtime::rescan`] does; the status
     /// endpoint, when configured, answers from the start. A plugin that cannot
     /// start is logged and shows as [`PluginState::Failed`] in
     /// [`Runtime::status`].
@@ -142,9 +157,10 @@ impl Runtime {
         Self::start_with(SharedInformerFactory::new(client), config).await
     }
 
-    /// As [`Runtime::start`], with the plugins' informers taken from
-    /// `factory`: an embedder that watches a resource through the same
-    /// factory shares one list and watch with the plugins.
+    /// As [`Runtime::start`] (it waits for every plugin's load), with the
+    /// plugins' informers taken from `factory`: an embedder that watches a
+    /// resource through the same factory shares one list and watch with the
+    /// plugins.
     ///
     /// # Errors
     ///
@@ -156,11 +172,12 @@ impl Runtime {
         Ok(runtime)
     }
 
-    /// As [`Runtime::start`], but returns once the plugins' loads began,
-    /// without waiting for them: a program that must answer a stop signal at
-    /// any moment (one plugin may take a minute to compile) waits for them
-    /// with [`Runtime::rescan`] beside its signal, and on the signal calls
-    /// [`Runtime::shutdown`], which ends the compiles still running.
+    /// Starts the runtime and waits for no plugin's load: as
+    /// [`Runtime::start`], but returns once the loads began. A program that
+    /// must answer a stop signal at any moment (one plugin may take a minute
+    /// to compile) waits for the loads with [`Runtime::rescan`] beside its
+    /// signal, and on the signal calls [`Runtime::shutdown`], which ends the
+    /// compiles still running.
     ///
     /// # Errors
     ///
@@ -169,8 +186,8 @@ impl Runtime {
         Self::launch_with(SharedInformerFactory::new(client), config).await
     }
 
-    /// As [`Runtime::launch`], with the plugins' informers taken from
-    /// `factory`, as [`Runtime::start_with`].
+    /// As [`Runtime::launch`] (it waits for no plugin's load), with the
+    /// plugins' informers taken from `factory`, as [`Runtime::start_with`].
     ///
     /// # Errors
     ///
@@ -206,7 +223,7 @@ impl Runtime {
                 loop {
                     changed.notified().await;
                     let Some(supervisor) = weak.upgrade() else { break };
-                    drop(supervisor.rescan().await);
+                    drop(supervisor.begin_rescan().await);
                 }
             })
         };
@@ -227,7 +244,7 @@ impl Runtime {
                                 let Some(supervisor) = weak.upgrade() else { return false };
                                 // The loads go on by themselves: the next change is
                                 // not held up by a plugin slow to load.
-                                drop(supervisor.rescan().await);
+                                drop(supervisor.begin_rescan().await);
                                 true
                             }
                         })
@@ -253,15 +270,15 @@ impl Runtime {
                 .map_err(|source| Error::Status { address, source })?;
             runtime.status_address = Some(bound);
         }
-        drop(runtime.supervisor.rescan().await);
+        drop(runtime.supervisor.begin_rescan().await);
         Ok(runtime)
     }
 
     /// Runs `plugin` beside the directory's plugins (instead of a directory
-    /// file of the same name), and returns once it was tried, as
+    /// file of the same name), and waits for its load, as
     /// [`Runtime::rescan`] does. A plugin of the same name added before is
-    /// replaced as a changed file is: its new version is loaded beside the
-    /// running one and swapped in between two batches.
+    /// replaced as a changed file is: it is that plugin's next version,
+    /// loaded beside the running one and swapped in between two batches.
     ///
     /// # Errors
     ///
@@ -275,7 +292,8 @@ impl Runtime {
         Ok(())
     }
 
-    /// Drains and unloads the embedder's plugin `name`; false when there is
+    /// Drains and unloads the embedder's plugin `name`, and waits for the
+    /// rescan that follows, as [`Runtime::rescan`] does; false when there is
     /// none. A directory file of the same name, if there is one, runs again.
     pub async fn remove_plugin(&self, name: &str) -> bool {
         let removed = self.supervisor.embedded().remove(name).is_some();
@@ -305,15 +323,15 @@ impl Runtime {
         metrics::register(registry, Arc::downgrade(&self.supervisor));
     }
 
-    /// Brings the running plugins in line with the directory (and the
-    /// embedder's plugins) now: loads new
-    /// files, reloads changed files and manifests, unloads removed files, and
-    /// returns once each plugin of the directory was tried (each load is
-    /// bounded by its plugin's limits, and the plugins load side by side). The
-    /// directory watch does this by itself without waiting; call it to apply a
-    /// change at once.
+    /// Rescans and waits for every load it began: brings the running
+    /// plugins in line with the directory (and the embedder's plugins) now —
+    /// loads new files, loads changed files and manifests as next versions,
+    /// unloads removed files — and returns once each plugin of the directory
+    /// was tried (each load is bounded by its plugin's limits, and the
+    /// plugins load side by side). The directory watch does this by itself
+    /// without waiting; call it to apply a change at once.
     pub async fn rescan(&self) {
-        for load in self.supervisor.rescan().await {
+        for load in self.supervisor.begin_rescan().await {
             load.wait().await;
         }
     }

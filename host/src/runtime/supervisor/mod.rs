@@ -336,12 +336,13 @@ impl Supervisor {
             .collect()
     }
 
-    /// Brings the plugins in line with the directory and the embedder's
-    /// plugins: unloads removed plugins
-    /// and starts a load of each new or changed one (a load of an older
-    /// version still running is dropped). Returns the loads now running for
-    /// the directory's versions, without waiting for them.
-    pub(super) async fn rescan(self: &Arc<Self>) -> Vec<Done> {
+    /// Begins a rescan and waits for no load: brings the plugins in line
+    /// with the directory and the embedder's plugins, unloads removed
+    /// plugins and starts a load of each new or changed one (a load of an
+    /// older version still running is dropped). Returns the loads now
+    /// running for the directory's versions, for a caller that waits
+    /// ([`Runtime::rescan`](super::Runtime::rescan)).
+    pub(super) async fn begin_rescan(self: &Arc<Self>) -> Vec<Done> {
         let _one_at_a_time = self.rescanning.lock().await;
         // A directory that cannot be read now unloads nothing: its plugins
         // keep running until a scan says they are gone.
