@@ -1,5 +1,6 @@
-//! A worker's part in a rollout: which keys it owns, the calls a running
-//! version mirrors to its shadow, and the shadow's making of them.
+//! A worker's part in a rollout: following its slot (its role, a rollback),
+//! the calls a running version mirrors to its shadow, the shadow's making of
+//! them, and the counts both report.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use super::delivery::Delivery;
 use crate::plugin::SharedInputs;
 use crate::rollout::{Call, Role, compare};
 use crate::runtime::lifecycle::Event;
-use crate::runtime::rollout::Mirror;
+use crate::runtime::rollout::{Mirror, MirrorWork};
 use crate::runtime::status::update;
 
 /// How long after the running version's call a shadow may still make the

@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | this one | the loop: one turn per state of the [`Lifecycle`], swaps, restarts and rollbacks |
 //! | `delivery` | what comes next (replayed deltas, batches gathered for the batch window, a controller's keys) and the calls |
-//! | `mirror` | its part in a rollout: the keys it owns, the calls a running version mirrors to a shadow |
+//! | `mirror` | its part in a rollout: its role, the calls a running version mirrors to a shadow, the counts |
 
 mod delivery;
 mod mirror;
