@@ -80,7 +80,7 @@ pub fn permissions(dir: &Path, options: &RbacOptions) -> anyhow::Result<Permissi
         let grant = manifest.grant.within(&scope);
         let review = grant.review(&report.registration);
         permissions.add_plugin(&grant, &review);
-        permissions.add_settings(&manifest.env);
+        permissions.add_env(&manifest.env);
         if !grant.http().is_empty() {
             permissions.add_api_server_addresses();
         }

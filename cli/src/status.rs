@@ -188,7 +188,7 @@ pub fn render(overview: &Overview) -> String {
             } else {
                 compared.join(", ")
             },
-            rollout.live_failures,
+            rollout.running_failures,
             rollout.next_failures
         );
         if let Some(reason) = &rollout.rolled_back {

@@ -76,7 +76,7 @@ pub const NEXT_SUFFIX: &str = ".next";
 /// The plugin whose next version `name` is, if it is one.
 #[must_use]
 pub fn next_of(name: &str) -> Option<&str> {
-    name.strip_suffix(NEXT_SUFFIX).filter(|base| !base.is_empty())
+    name.strip_suffix(NEXT_SUFFIX).filter(|plugin| !plugin.is_empty())
 }
 
 /// Where a key falls in the split, 0 to 99: a stable hash (FNV-1a) of the
@@ -110,8 +110,10 @@ pub enum Outcome {
     /// The same writes (ignoring resourceVersions, timestamps and
     /// managedFields), or none from either.
     Same,
-    /// Only the running version wrote to a target.
-    OnlyLive,
+    /// Only the running version wrote to a target (`only-live` on the
+    /// wire, as metrics and the status have always said).
+    #[serde(rename = "only-live")]
+    OnlyRunning,
     /// Only the next version wrote to a target.
     OnlyShadow,
     /// Both wrote to a target, with different bodies.
@@ -124,7 +126,7 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Same => "same",
-            Self::OnlyLive => "only-live",
+            Self::OnlyRunning => "only-live",
             Self::OnlyShadow => "only-shadow",
             Self::Differs => "differs",
         }
@@ -138,7 +140,7 @@ pub struct Difference {
     pub target: String,
     /// How they differ.
     pub outcome: Outcome,
-    /// A compact diff, `path: live → next; ...`, when both wrote.
+    /// A compact diff, `path: running → next; ...`, when both wrote.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
 }
@@ -171,19 +173,19 @@ impl Comparison {
     }
 }
 
-/// Compares what the running version (`live`) and the next version wrote for
+/// Compares what the running version and the next version wrote for
 /// the same input. Writes are matched by target: verb, resource and object
 /// (an Event by what it is about and its reason, since its name is made up
 /// anew each time); the bodies are compared without resourceVersions,
 /// timestamps and managedFields. Refused writes count as written: they are
 /// what the version meant to do.
 #[must_use]
-pub fn compare(live: &[WriteRecord], next: &[WriteRecord]) -> Comparison {
+pub fn compare(running: &[WriteRecord], next: &[WriteRecord]) -> Comparison {
     let mut targets: BTreeMap<String, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
     // Repeats of an Event a version recorded before (a patch of its series):
     // the same intent as the other version's new Event about the same thing.
     let mut repeats = [0_usize; 2];
-    for (side, records) in [(0, live), (1, next)] {
+    for (side, records) in [(0, running), (1, next)] {
         for record in records {
             let mut body = record.body.as_deref().map(normalised).unwrap_or(Value::Null);
             if record.resource.ends_with("/Event")
@@ -205,16 +207,16 @@ pub fn compare(live: &[WriteRecord], next: &[WriteRecord]) -> Comparison {
         }
     }
     let mut comparison = Comparison::default();
-    for (target, (live, next)) in targets {
+    for (target, (running, next)) in targets {
         let event = target.starts_with(EVENT);
-        let mut outcome = match (live.is_empty(), next.is_empty()) {
-            (false, true) => Outcome::OnlyLive,
+        let mut outcome = match (running.is_empty(), next.is_empty()) {
+            (false, true) => Outcome::OnlyRunning,
             (true, false) => Outcome::OnlyShadow,
-            _ if live == next => Outcome::Same,
+            _ if running == next => Outcome::Same,
             _ => Outcome::Differs,
         };
         let repeated = match outcome {
-            Outcome::OnlyLive => Some(1),
+            Outcome::OnlyRunning => Some(1),
             Outcome::OnlyShadow => Some(0),
             _ => None,
         };
@@ -225,12 +227,12 @@ pub fn compare(live: &[WriteRecord], next: &[WriteRecord]) -> Comparison {
         comparison.outcome = comparison.outcome.max(Some(outcome));
         if outcome != Outcome::Same {
             let diff = (outcome == Outcome::Differs).then(|| {
-                let (live, next) = (Value::Array(live), Value::Array(next));
-                let (live, next) = match (live.as_array(), next.as_array()) {
-                    (Some(l), Some(n)) if l.len() == 1 && n.len() == 1 => (l[0].clone(), n[0].clone()),
-                    _ => (live, next),
+                let (running, next) = (Value::Array(running), Value::Array(next));
+                let (running, next) = match (running.as_array(), next.as_array()) {
+                    (Some(r), Some(n)) if r.len() == 1 && n.len() == 1 => (r[0].clone(), n[0].clone()),
+                    _ => (running, next),
                 };
-                diff(&live, &next)
+                diff(&running, &next)
             });
             comparison.differences.push(Difference { target, outcome, diff });
         }
@@ -296,12 +298,12 @@ const DIFF_PATHS: usize = 8;
 /// The most characters of a value a diff shows.
 const DIFF_VALUE_CHARS: usize = 60;
 
-/// A compact diff of two JSON values: `path: live → next` for each leaf that
+/// A compact diff of two JSON values: `path: running → next` for each leaf that
 /// differs (`∅` for a missing one), at most [`DIFF_PATHS`] of them.
 #[must_use]
-pub fn diff(live: &Value, next: &Value) -> String {
+pub fn diff(running: &Value, next: &Value) -> String {
     let mut paths = Vec::new();
-    walk(String::new(), Some(live), Some(next), &mut paths);
+    walk(String::new(), Some(running), Some(next), &mut paths);
     let more = paths.len().saturating_sub(DIFF_PATHS);
     paths.truncate(DIFF_PATHS);
     let mut text = paths.join("; ");
@@ -311,8 +313,8 @@ pub fn diff(live: &Value, next: &Value) -> String {
     text
 }
 
-fn walk(path: String, live: Option<&Value>, next: Option<&Value>, out: &mut Vec<String>) {
-    match (live, next) {
+fn walk(path: String, running: Option<&Value>, next: Option<&Value>, out: &mut Vec<String>) {
+    match (running, next) {
         (Some(Value::Object(l)), Some(Value::Object(n))) => {
             let mut keys: Vec<&String> = l.keys().chain(n.keys()).collect();
             keys.sort();
@@ -355,7 +357,7 @@ fn walk(path: String, live: Option<&Value>, next: Option<&Value>, out: &mut Vec<
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// The running version.
-    Live,
+    Running,
     /// The next version.
     Next,
 }
@@ -411,7 +413,7 @@ impl Tally {
 #[derive(Debug, Clone)]
 pub struct Regression {
     policy: RolloutPolicy,
-    live: Tally,
+    running: Tally,
     next: Tally,
 }
 
@@ -421,14 +423,14 @@ impl Regression {
     pub fn new(policy: RolloutPolicy) -> Self {
         Self {
             policy,
-            live: Tally::default(),
+            running: Tally::default(),
             next: Tally::default(),
         }
     }
 
     fn tally(&mut self, role: Role) -> &mut Tally {
         match role {
-            Role::Live => &mut self.live,
+            Role::Running => &mut self.running,
             Role::Next => &mut self.next,
         }
     }
@@ -443,25 +445,25 @@ impl Regression {
     /// Why the next version should be rolled back at `now`, if it should.
     pub fn judge(&mut self, now: Instant) -> Option<String> {
         let start = now.checked_sub(self.policy.window);
-        self.live.forget_before(start);
+        self.running.forget_before(start);
         self.next.forget_before(start);
         let window_s = self.policy.window.as_secs();
-        let (live, next) = (&self.live, &self.next);
-        let traps = (next.count(Call::Trap), live.count(Call::Trap));
+        let (running, next) = (&self.running, &self.next);
+        let traps = (next.count(Call::Trap), running.count(Call::Trap));
         if traps.0 > traps.1 + self.policy.max_trap_increase as usize {
             return Some(format!(
                 "{} traps against the running version's {} within {window_s} s (rollout.max-trap-increase = {})",
                 traps.0, traps.1, self.policy.max_trap_increase
             ));
         }
-        let refusals = (next.refusals.len(), live.refusals.len());
+        let refusals = (next.refusals.len(), running.refusals.len());
         if refusals.0 > refusals.1 + self.policy.max_refusal_increase as usize {
             return Some(format!(
                 "{} refused writes against the running version's {} within {window_s} s (rollout.max-refusal-increase = {})",
                 refusals.0, refusals.1, self.policy.max_refusal_increase
             ));
         }
-        let rates = (next.error_percent(), live.error_percent());
+        let rates = (next.error_percent(), running.error_percent());
         if next.calls.len() >= self.policy.min_calls as usize
             && rates.0 > rates.1 + f64::from(self.policy.max_error_rate_increase)
         {
@@ -528,8 +530,10 @@ pub struct RolloutReport {
     pub compared: BTreeMap<&'static str, u64>,
     /// Inputs the shadow did not get to in time to compare (it was behind).
     pub skipped: u64,
-    /// The running version's calls.
-    pub live: VersionCounts,
+    /// The running version's calls (`live` on the wire, as the status has
+    /// always said).
+    #[serde(rename = "live")]
+    pub running: VersionCounts,
     /// The next version's calls.
     pub next: VersionCounts,
     /// The last differences, newest last.
@@ -605,7 +609,7 @@ mod tests {
 
     #[test]
     fn the_same_writes_compare_same_whatever_their_resource_versions_and_timestamps() {
-        let live = write(
+        let running = write(
             "patch",
             "autoscaling/v2/HorizontalPodAutoscaler/status",
             "ns/app",
@@ -617,7 +621,7 @@ mod tests {
             "ns/app",
             json!({"metadata": {"resourceVersion": "9"}, "status": {"desiredReplicas": 3, "lastScaleTime": "2026-01-01T00:00:07Z"}}),
         );
-        let comparison = compare(&[live], &[next]);
+        let comparison = compare(&[running], &[next]);
         assert_eq!(comparison.outcome(), Outcome::Same);
         assert!(comparison.differences.is_empty());
         assert_eq!(compare(&[], &[]).outcome(), Outcome::Same, "neither wrote");
@@ -638,8 +642,8 @@ mod tests {
     }
 
     #[test]
-    fn a_write_of_one_version_only_is_only_live_or_only_shadow_and_the_worst_outcome_wins() {
-        assert_eq!(compare(&[scale(4)], &[]).outcome(), Outcome::OnlyLive);
+    fn a_write_of_one_version_only_is_only_running_or_only_shadow_and_the_worst_outcome_wins() {
+        assert_eq!(compare(&[scale(4)], &[]).outcome(), Outcome::OnlyRunning);
         assert_eq!(compare(&[], &[scale(4)]).outcome(), Outcome::OnlyShadow);
         let status = write(
             "patch",
@@ -695,11 +699,11 @@ mod tests {
 
     #[test]
     fn a_diff_names_missing_fields_and_stops_after_a_few_paths() {
-        let live = json!({"a": 1, "b": {"c": [1, 2]}});
+        let running = json!({"a": 1, "b": {"c": [1, 2]}});
         let next = json!({"b": {"c": [1, 3]}, "d": "x"});
-        assert_eq!(diff(&live, &next), "a: 1 → ∅; b.c[1]: 2 → 3; d: ∅ → \"x\"");
-        let many_live: serde_json::Map<String, Value> = (0..12).map(|i| (format!("k{i:02}"), json!(i))).collect();
-        let text = diff(&Value::Object(many_live), &json!({}));
+        assert_eq!(diff(&running, &next), "a: 1 → ∅; b.c[1]: 2 → 3; d: ∅ → \"x\"");
+        let many: serde_json::Map<String, Value> = (0..12).map(|i| (format!("k{i:02}"), json!(i))).collect();
+        let text = diff(&Value::Object(many), &json!({}));
         assert!(text.ends_with("; and 4 more"), "{text}");
     }
 
@@ -715,7 +719,7 @@ mod tests {
         let mut rule = Regression::new(policy());
         let now = Instant::now();
         for i in 1..=5 {
-            rule.record(Role::Live, Call::Ok, 0, now);
+            rule.record(Role::Running, Call::Ok, 0, now);
             let call = if i % 3 == 0 { Call::Error } else { Call::Ok };
             rule.record(Role::Next, call, 0, now);
             assert_eq!(rule.judge(now), None, "judged after {i} calls");
@@ -730,7 +734,7 @@ mod tests {
         let mut rule = Regression::new(policy());
         let now = Instant::now();
         for _ in 0..10 {
-            rule.record(Role::Live, Call::Error, 0, now);
+            rule.record(Role::Running, Call::Error, 0, now);
             rule.record(Role::Next, Call::Error, 0, now);
         }
         assert_eq!(rule.judge(now), None);

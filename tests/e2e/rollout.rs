@@ -259,7 +259,7 @@ async fn a_next_version_failing_every_third_key_is_rolled_back_and_the_running_v
     let report = plugin_status(&runtime, "ctl").rollout.unwrap();
     let reason = report.rolled_back.clone().unwrap();
     assert!(reason.starts_with("error rate 3"), "{reason}");
-    assert!(report.next.errors > 0 && report.live.errors == 0, "{report:?}");
+    assert!(report.next.errors > 0 && report.running.errors == 0, "{report:?}");
     until("the rolled back version to stop", Duration::from_secs(10), || {
         plugin_status(&runtime, "ctl.next").state == PluginState::Quarantined
     })

@@ -131,7 +131,7 @@ async fn settings_follow_their_secret_and_configmap_and_their_values_show_nowher
     let running = plugin_status(&runtime, "notify").running_digest;
     let huge = format!(
         "https://hooks.example/{}",
-        "x".repeat(kinformer::runtime::MAX_SETTING_BYTES)
+        "x".repeat(kinformer::runtime::MAX_ENV_VALUE_BYTES)
     );
     let mut large = secrets.get("slack").await.unwrap();
     large.data = secret("slack", &huge).data;

@@ -135,7 +135,7 @@ impl Permissions {
     /// Secret and ConfigMap it names, by name (the host watches each one
     /// with a `metadata.name` field selector, which RBAC matches against
     /// `resourceNames`).
-    pub fn add_settings(&mut self, env: &[EnvVar]) {
+    pub fn add_env(&mut self, env: &[EnvVar]) {
         for var in env {
             let (resource, key) = match &var.value {
                 EnvValue::Literal(_) => continue,
@@ -379,7 +379,7 @@ mod tests {
     }
 
     #[test]
-    fn settings_are_read_by_name_and_metrics_by_their_resources() {
+    fn env_objects_are_read_by_name_and_metrics_by_their_resources() {
         let grant = Grant::default().with_writes([WriteRule::new(
             [Verb::Get, Verb::List],
             ["metrics.k8s.io/v1beta1/PodMetrics"],
@@ -418,7 +418,7 @@ mod tests {
         ];
         let mut permissions = Permissions::new();
         permissions.add_plugin(&grant, &grant.review(&registration));
-        permissions.add_settings(&env);
+        permissions.add_env(&env);
         let cluster = permissions.cluster_rules();
         assert_eq!(
             rule(&cluster, "metrics.k8s.io", "pods"),

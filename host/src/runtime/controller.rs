@@ -90,7 +90,7 @@ impl Keys {
         keys
     }
 
-    /// Follows a new version: its spec and primary cache; what is queued stays.
+    /// Follows the next version: its spec and primary cache; what is queued stays.
     pub(super) fn retarget(&mut self, spec: ControllerSpec, primary: Indexer) {
         self.spec = spec;
         self.primary = primary;

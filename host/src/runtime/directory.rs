@@ -15,16 +15,17 @@ use crate::plugin::{PluginComponent, digest, plugin_name};
 /// What identifies a version of a plugin in the directory: the digest of its
 /// file, the text of its manifest, and what its `[env]` takes from Secrets
 /// and ConfigMaps. A version is tried once; it is not tried again until the
-/// directory (or a setting) holds another.
+/// directory (or a value its `[env]` takes from the cluster) holds another.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Fingerprint {
     /// The SHA-256 digest of the `.wasm` file, in hex.
     pub(super) digest: String,
     /// The manifest's text, `None` without one.
     pub(super) manifest: Option<String>,
-    /// A digest of the values (or failures) of its settings, `None` when its
+    /// A digest of the values (or failures) its `[env]` takes from the
+    /// cluster, `None` when its
     /// manifest takes none from the cluster.
-    pub(super) settings: Option<String>,
+    pub(super) env: Option<String>,
 }
 
 /// What the directory holds for one plugin, read once per scan.
@@ -141,7 +142,7 @@ pub(super) fn scan(dir: &Path) -> Result<Scanned, Error> {
                 fingerprint: Fingerprint {
                     digest,
                     manifest: text,
-                    settings: None,
+                    env: None,
                 },
                 manifest,
                 stamp: after,

@@ -12,7 +12,7 @@ use crate::plugin::{PluginComponent, digest};
 /// directory (see [`RuntimeConfig::plugin`](super::RuntimeConfig::plugin) and
 /// [`Runtime::add_plugin`](super::Runtime::add_plugin)). It runs exactly as a
 /// file of the directory with the same manifest would: the same grant, limits,
-/// restarts, and hot swap when a new version of it is added.
+/// restarts, and hot swap when a next version of it is added.
 ///
 /// # Examples
 ///
@@ -103,7 +103,7 @@ impl EmbeddedPlugin {
             fingerprint: Fingerprint {
                 digest,
                 manifest: Some(format!("{:?}", self.manifest)),
-                settings: None,
+                env: None,
             },
             manifest: Ok(self.manifest.clone()),
             stamp: None,

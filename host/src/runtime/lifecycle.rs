@@ -1,6 +1,6 @@
 //! The rules a plugin's worker lives by: restarts with backoff, quarantine after
-//! too many failures within a window, and rollback of a new version that fails
-//! while on probation — a pure state machine, advanced by [`Lifecycle::step`].
+//! too many failures within a window, and rollback of a version swapped in
+//! that fails while on probation — a pure state machine, advanced by [`Lifecycle::step`].
 //!
 //! The worker ([`super::worker`]) does what the state says (serve batches, wait
 //! for a restart, start the previous version again, drain, stop) and reports
@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::limits::{FailurePolicy, MAX_RESTART_BACKOFF, OnError};
 
-/// How long after a swap a failing new version is rolled back.
+/// How long after a swap a failing version is rolled back.
 pub(crate) const PROBATION: Duration = Duration::from_secs(30);
-/// Failures within the probation that roll a new version back.
+/// Failures within the probation that roll a version swapped in back.
 pub(crate) const PROBATION_FAILURES: u32 = 2;
 
 /// Where a plugin's worker is.
@@ -27,9 +27,9 @@ pub(crate) enum State {
         /// When the fresh instance starts.
         at: Instant,
     },
-    /// The new version failed on probation: the previous one starts again.
+    /// The version swapped in failed on probation: the previous one starts again.
     RollingBack,
-    /// Failed too often within the window; waits for a new version.
+    /// Failed too often within the window; waits for a next version.
     Quarantined,
     /// Unloaded: hands what is queued to the instance, then stops.
     Draining,
@@ -46,9 +46,9 @@ pub(crate) enum Event {
     Started,
     /// A fresh instance could not start.
     StartFailed,
-    /// A new version was swapped in, with its own instance and failure policy.
+    /// The next version was swapped in, with its own instance and failure policy.
     Swapped {
-        /// The new version's failure policy.
+        /// Its failure policy.
         policy: FailurePolicy,
         /// Whether an earlier version can be rolled back to.
         with_previous: bool,
@@ -60,11 +60,11 @@ pub(crate) enum Event {
     /// The host is shutting down.
     Stop,
     /// A next version was rolled back for doing worse than the running one:
-    /// it waits for a new version, as a quarantined one does.
+    /// it waits for a next version, as a quarantined one does.
     RolledBack,
 }
 
-/// A new version's probation: failing twice before it ends rolls it back.
+/// The probation of a version swapped in: failing twice before it ends rolls it back.
 #[derive(Debug, Clone, Copy)]
 struct Probation {
     until: Instant,
@@ -243,7 +243,7 @@ mod tests {
             lifecycle.step(Event::Failed, start + Duration::from_secs(2)),
             State::Quarantined
         );
-        // Quarantine lasts: nothing but a new version, an unload or a stop moves it.
+        // Quarantine lasts: nothing but a next version, an unload or a stop moves it.
         assert_eq!(
             lifecycle.step(Event::Started, start + Duration::from_secs(3)),
             State::Quarantined
@@ -345,7 +345,7 @@ mod tests {
         };
         assert_eq!(lifecycle.step(swapped, start + ms(1)), State::Serving);
         assert_eq!(lifecycle.recent_failures(), 0);
-        // The new version's policy applies: three restarts before quarantine.
+        // The next version's policy applies: three restarts before quarantine.
         for i in 0..3 {
             let state = fail_and_restart(&mut lifecycle, start + ms(10 + i));
             assert!(matches!(state, State::Restarting { .. }), "{state:?}");

@@ -268,12 +268,12 @@ impl Scrape {
         )?;
         family.counter(
             "kinformer_plugin_reloads",
-            "New versions swapped in.",
+            "Next versions swapped in.",
             per_plugin(|p| p.reloads),
         )?;
         family.counter(
             "kinformer_plugin_rollbacks",
-            "New versions replaced by the previous one after failing.",
+            "Versions swapped in and replaced by the previous one after failing.",
             per_plugin(|p| p.rollbacks),
         )?;
         family.counter(
@@ -350,7 +350,7 @@ impl Scrape {
             "kinformer_rollout_calls",
             "Calls in a rollout, by version (live, next) and outcome (ok, error, trap).",
             rollouts.iter().flat_map(|(p, report)| {
-                [("live", report.live), ("next", report.next)]
+                [("live", report.running), ("next", report.next)]
                     .into_iter()
                     .flat_map(move |(version, counts)| {
                         let ok = counts.calls.saturating_sub(counts.errors + counts.traps);

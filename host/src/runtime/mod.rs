@@ -27,14 +27,15 @@
 //! workers to a spare.
 //!
 //! The runtime follows the directory ([`notify`], debounced with a maximum
-//! wait): a new file is loaded, a changed file or manifest is loaded beside the
-//! running version (compiled, or taken from the disk cache; started; its
-//! caches synced) and swapped in between two batches, a removed file is drained
-//! and unloaded. The new version first receives, flagged initial-list, exactly
-//! the state the old one had been handed, then the same queue goes on: every
-//! delta reaches exactly one version. A file that does not load leaves the old
-//! version serving and is not retried until it changes; a new version that keeps
-//! failing right after its swap is rolled back to the previous one.
+//! wait): a new file is loaded; a changed file or manifest is the plugin's
+//! next version, loaded beside the running version (compiled, or taken from
+//! the disk cache; started; its caches synced) and swapped in between two
+//! batches; a removed file is drained and unloaded. The next version first
+//! receives, flagged initial-list, exactly the state the running version had
+//! been handed, then the same queue goes on: every delta reaches exactly one
+//! version. A next version that does not load leaves the running version
+//! serving and is not retried until it changes; one that keeps failing right
+//! after its swap is rolled back to the previous one.
 //!
 //! With leader election ([`RuntimeConfig::leader_election`], [`crate::leader`]),
 //! plugins that can write (a write grant, or the controller world) run only
@@ -48,17 +49,26 @@
 //! see `metrics`), the probes `/healthz` and `/readyz`, and the host at a
 //! glance ([`overview`]) as a page (`/`, see `page`) and as JSON (`/overview`).
 //!
-//! The pieces, in the order a plugin meets them: `directory` (which files are
-//! plugins, reading them once, the debounced watch), `supervisor` (the
-//! directory → running plugins loop), `version` (one version started: `init`,
-//! the grant's review, informers synced), `worker` (the thread that serves a
-//! version's deltas), `lifecycle` (the pure restart, quarantine and rollback
-//! rules the worker follows) and [`status`](PluginStatus) (what each plugin is
-//! doing, served as JSON).
+//! The pieces, in the order a plugin meets them:
+//!
+//! | module | what it owns |
+//! | --- | --- |
+//! | `config`, `error` | [`RuntimeConfig`]; [`Error`] (the runtime could not start) and `LoadError` (one version could not load) |
+//! | `directory`, `embedded` | which files are plugins, reading them once, the debounced watch; plugins given in code |
+//! | `env` | the Secrets and ConfigMaps a manifest's `[env]` names, watched |
+//! | `supervisor` | the directory → running plugins loop, one load at a time per plugin, the leadership gate |
+//! | `version`, [`prepare`] | one version started: `init`, the grant's review, informers synced |
+//! | `worker`, `pool` | the task that serves a version's deltas, and the threads it runs on |
+//! | `lifecycle` | the pure restart, quarantine and rollback rules the worker follows |
+//! | `rollout`, `controller` | a next version beside the running one; a controller's workqueue |
+//! | [`status`](PluginStatus), `metrics`, [`overview`], `page`, `server` | what each plugin is doing, served as JSON, metrics and a page |
 
+mod config;
 mod controller;
 mod directory;
 mod embedded;
+mod env;
+mod error;
 mod lifecycle;
 mod metrics;
 pub mod overview;
@@ -67,338 +77,51 @@ pub(crate) mod pool;
 pub mod prepare;
 mod rollout;
 mod server;
-mod settings;
 mod status;
 mod supervisor;
 mod version;
 mod worker;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::delta::Delta;
 use crate::informer::SharedInformerFactory;
-use crate::leader::{LeaderElection, LeaderElectionConfig, LeaderStatus};
-use crate::plugin::{EngineOptions, LogSink, PluginEngine};
+use crate::leader::{LeaderElection, LeaderStatus};
+use crate::plugin::PluginEngine;
 
+pub use config::{BatchObserver, RuntimeConfig};
 pub use controller::keys_for;
 pub use directory::plugin_files;
 pub use embedded::EmbeddedPlugin;
+pub use env::{EnvError, EnvProblem, MAX_ENV_VALUE_BYTES};
+pub use error::Error;
+pub(crate) use error::{LoadError, error_text};
 pub use overview::Overview;
-pub use settings::{MAX_SETTING_BYTES, SettingsError, SettingsProblem};
 pub use status::{PluginState, PluginStatus};
 
 use supervisor::Supervisor;
 
-/// An error as the log and the status show it: on one line, its plugin-chosen
-/// parts (messages, backtrace names) sanitised and its length capped.
-pub(crate) fn error_text(error: &(dyn std::error::Error + 'static)) -> String {
-    crate::text::sanitize(&crate::one_line(error), crate::text::MAX_ERROR_LEN)
-}
-
-/// Why the runtime or one plugin could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The plugin directory could not be read.
-    #[error("{path}: cannot read the plugin directory")]
-    Directory {
-        /// The directory.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The plugin file is not a regular file, or too large.
-    #[error("{path}: cannot read the plugin")]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: crate::file::FileError,
-    },
-    /// The plugin's manifest is broken.
-    #[error(transparent)]
-    Manifest(#[from] crate::manifest::Error),
-    /// The plugin failed to compile, link or start.
-    #[error(transparent)]
-    Plugin(#[from] crate::plugin::Error),
-    /// An informer the plugin needs could not start.
-    #[error("{plugin}: {source}")]
-    Informer {
-        /// The plugin.
-        plugin: String,
-        /// Why.
-        #[source]
-        source: Box<crate::informer::Error>,
-    },
-    /// What the plugin registered cannot be served: over its limits, an
-    /// index it cannot have, a primary resource it is not granted.
-    #[error("{plugin}: {source}")]
-    Registration {
-        /// The plugin.
-        plugin: String,
-        /// What is wrong.
-        #[source]
-        source: prepare::PrepareError,
-    },
-    /// A step of loading the plugin took longer than its limit.
-    #[error("{plugin}: {step} took longer than {} ms ({key}){detail}", limit.as_millis())]
-    Timeout {
-        /// The plugin.
-        plugin: String,
-        /// `compiling the plugin file`, `syncing its caches`.
-        step: &'static str,
-        /// The limit.
-        limit: Duration,
-        /// The manifest key of the limit.
-        key: &'static str,
-        /// What is known of why, starting with `: `; empty when nothing is.
-        detail: String,
-    },
-    /// The status endpoint's address could not be bound.
-    #[error("cannot serve the status at {address}")]
-    Status {
-        /// The address.
-        address: std::net::SocketAddr,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The leader election settings cannot work.
-    #[error("leader election: {0}")]
-    LeaderElection(#[from] crate::leader::ConfigError),
-    /// A setting of its `[env]` could not be read from the cluster.
-    #[error("{plugin}: {source}")]
-    Settings {
-        /// The plugin.
-        plugin: String,
-        /// Which, and why.
-        #[source]
-        source: Box<settings::SettingsError>,
-    },
-    /// An embedder's plugin was compiled by another engine than the
-    /// runtime's ([`Runtime::engine`]).
-    #[error("{plugin}: the component was compiled by another engine than the runtime's")]
-    ForeignComponent {
-        /// The plugin.
-        plugin: String,
-    },
-    /// The thread pool the workers run on could not be started.
-    #[error("{plugin}: cannot start the plugins' worker threads")]
-    Thread {
-        /// The plugin.
-        plugin: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// Settings of the runtime.
-#[derive(Clone)]
-#[non_exhaustive]
-pub struct RuntimeConfig {
-    /// The plugin directory, when plugins come from one.
-    pub plugins: Option<PathBuf>,
-    /// Plugins given in code, run beside the directory's (see
-    /// [`EmbeddedPlugin`]).
-    pub embedded: Vec<EmbeddedPlugin>,
-    /// Confine every plugin (and every informer) to these namespaces; every
-    /// namespace when empty. Each is listed and watched on its own: the host
-    /// never lists across namespaces.
-    pub namespaces: std::collections::BTreeSet<String>,
-    /// How the engine compiles and allocates.
-    pub engine: EngineOptions,
-    /// Where every plugin's log lines go, besides `tracing`.
-    pub log_sink: Option<LogSink>,
-    /// Called with each batch just before a plugin's `handle` is entered (not
-    /// again for retries), on the thread that calls the plugin: for metrics and
-    /// benchmarks. Keep it cheap.
-    pub observer: Option<BatchObserver>,
-    /// Watch the directory and reload plugins as their files change.
-    pub watch: bool,
-    /// A change is applied once the directory was quiet this long...
-    pub quiet: Duration,
-    /// ...or at the latest this long after the first change, so a file written
-    /// continuously cannot starve reloading.
-    pub max_wait: Duration,
-    /// Serve the plugins' status at `GET /plugins` here, from before the
-    /// first plugin loads (port 0: any free port, see
-    /// [`Runtime::status_address`]).
-    pub status_address: Option<std::net::SocketAddr>,
-    /// Take part in leader election on this Lease: plugins that can write
-    /// (a write grant, or the controller world) run only while this replica
-    /// leads; the others run all along. `None`: this replica always leads.
-    pub leader_election: Option<LeaderElectionConfig>,
-    /// This host's name in the Events plugins record (`reportingInstance`),
-    /// e.g. the pod's name; `kinformer` when `None`.
-    pub instance: Option<String>,
-    /// The API server's addresses: no plugin's outbound HTTP may reach them
-    /// (plugins reach the API server through the host, under their grant).
-    /// In a pod, `KUBERNETES_SERVICE_HOST` and `_PORT` are added by
-    /// themselves, and the addresses of the Service `default/kubernetes` and
-    /// its EndpointSlices are followed as they change.
-    pub api_server: Vec<std::net::SocketAddr>,
-    /// How plugins' outbound HTTP looks names up: the system's DNS, with
-    /// the names set by [`RuntimeConfig::resolve`] answered first.
-    pub resolver: crate::outbound::Resolver,
-}
-
-impl std::fmt::Debug for RuntimeConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RuntimeConfig")
-            .field("plugins", &self.plugins)
-            .field(
-                "embedded",
-                &self.embedded.iter().map(EmbeddedPlugin::name).collect::<Vec<_>>(),
-            )
-            .field("namespaces", &self.namespaces)
-            .field("engine", &self.engine)
-            .field("log_sink", &self.log_sink.is_some())
-            .field("observer", &self.observer.is_some())
-            .field("watch", &self.watch)
-            .field("quiet", &self.quiet)
-            .field("max_wait", &self.max_wait)
-            .field("status_address", &self.status_address)
-            .field("leader_election", &self.leader_election)
-            .field("instance", &self.instance)
-            .field("api_server", &self.api_server)
-            .field("resolver", &self.resolver)
-            .finish()
-    }
-}
-
-impl RuntimeConfig {
-    /// The plugins of `dir`, watched for changes, with no disk cache, and
-    /// instances allocated on demand: no pool that one plugin's instances
-    /// could use up for the others (each plugin is held to its own
-    /// `limits.max-instances`).
-    #[must_use]
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self {
-            plugins: Some(dir.into()),
-            ..Self::default()
-        }
-    }
-
-    /// Adds a plugin given in code ([`RuntimeConfig::embedded`]).
-    #[must_use]
-    pub fn plugin(mut self, plugin: EmbeddedPlugin) -> Self {
-        self.embedded.push(plugin);
-        self
-    }
-
-    /// Sets [`RuntimeConfig::leader_election`].
-    #[must_use]
-    pub fn leader_election(mut self, config: LeaderElectionConfig) -> Self {
-        self.leader_election = Some(config);
-        self
-    }
-
-    /// Sets [`RuntimeConfig::instance`].
-    #[must_use]
-    pub fn instance(mut self, instance: impl Into<String>) -> Self {
-        self.instance = Some(instance.into());
-        self
-    }
-
-    /// Sets [`RuntimeConfig::api_server`] to the addresses the API server's
-    /// URL resolves to (none when it does not resolve).
-    #[must_use]
-    pub fn api_server(mut self, url: &http::Uri) -> Self {
-        self.api_server = crate::outbound::resolve_url(url);
-        self
-    }
-
-    /// Answers the name `name` with `addresses` for plugins' outbound HTTP,
-    /// before and instead of DNS, as an `/etc/hosts` line would. The
-    /// addresses are checked as any others: a name pinned to a private
-    /// address is refused unless a plugin's grant opens its network.
-    #[must_use]
-    pub fn resolve(mut self, name: &str, addresses: impl IntoIterator<Item = std::net::IpAddr>) -> Self {
-        self.resolver = self.resolver.with_override(name, addresses);
-        self
-    }
-
-    /// Sets [`RuntimeConfig::status_address`].
-    #[must_use]
-    pub fn status_address(mut self, address: std::net::SocketAddr) -> Self {
-        self.status_address = Some(address);
-        self
-    }
-
-    /// Sets [`RuntimeConfig::watch`].
-    #[must_use]
-    pub fn watch(mut self, watch: bool) -> Self {
-        self.watch = watch;
-        self
-    }
-
-    /// Adds `namespace` to [`RuntimeConfig::namespaces`].
-    #[must_use]
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespaces.insert(namespace.into());
-        self
-    }
-
-    /// Sets [`EngineOptions::cache_dir`].
-    #[must_use]
-    pub fn cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.engine.cache_dir = Some(dir.into());
-        self
-    }
-
-    /// Sets [`RuntimeConfig::observer`].
-    #[must_use]
-    pub fn observer(mut self, observer: BatchObserver) -> Self {
-        self.observer = Some(observer);
-        self
-    }
-
-    /// Sets [`RuntimeConfig::log_sink`].
-    #[must_use]
-    pub fn log_sink(mut self, sink: LogSink) -> Self {
-        self.log_sink = Some(sink);
-        self
-    }
-}
-
-impl Default for RuntimeConfig {
-    /// No plugin directory and no plugins: add them with
-    /// [`RuntimeConfig::plugin`], or later with [`Runtime::add_plugin`];
-    /// otherwise as [`RuntimeConfig::new`].
-    fn default() -> Self {
-        Self {
-            plugins: None,
-            embedded: Vec::new(),
-            engine: EngineOptions::default(),
-            namespaces: std::collections::BTreeSet::new(),
-            log_sink: None,
-            observer: None,
-            watch: true,
-            quiet: Duration::from_millis(200),
-            max_wait: Duration::from_secs(2),
-            status_address: None,
-            leader_election: None,
-            instance: None,
-            api_server: Vec::new(),
-            resolver: crate::outbound::Resolver::default(),
-        }
-    }
-}
-
-/// Sees each batch a plugin is about to handle, with the plugin's name.
-pub type BatchObserver = Arc<dyn Fn(&str, &[Delta]) + Send + Sync>;
-
 /// The running plugins: those of a directory, and those an embedder gave.
+///
+/// What each call waits for (a plugin's load is its compile, `init`,
+/// registration review and cache sync, each bounded by its manifest's
+/// limits):
+///
+/// | call | returns once |
+/// | --- | --- |
+/// | [`start`](Runtime::start), [`start_with`](Runtime::start_with) | every plugin's load ended: loaded, failed, or standing by for leadership |
+/// | [`launch`](Runtime::launch), [`launch_with`](Runtime::launch_with) | the loads began; it waits for none |
+/// | [`rescan`](Runtime::rescan), [`add_plugin`](Runtime::add_plugin), [`remove_plugin`](Runtime::remove_plugin) | every load it began, or found running, ended |
+/// | [`shutdown`](Runtime::shutdown) | every worker finished its call, or [`SHUTDOWN_GRACE`] passed |
+///
+/// The names are the public API embedders already call; the table, and
+/// each call's first line, say what they wait for.
 pub struct Runtime {
     supervisor: Arc<Supervisor>,
     watcher: Option<tokio::task::JoinHandle<()>>,
-    /// Rescans when a plugin's setting changes.
-    settings_follower: tokio::task::JoinHandle<()>,
+    /// Rescans when a value a plugin's `[env]` takes from the cluster
+    /// changes.
+    env_follower: tokio::task::JoinHandle<()>,
     /// Keeps the API server's addresses current for the plugins' outbound
     /// HTTP.
     api_server_follower: tokio::task::JoinHandle<()>,
@@ -418,9 +141,10 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Starts every plugin of the directory against the cluster `client` talks
-    /// to, then (with [`RuntimeConfig::watch`]) follows the directory. Returns
-    /// once every plugin was tried, as [`Runtime::rescan`] does; the status
+    /// Starts the runtime and waits for every plugin's load: loads every
+    /// plugin of the directory against the cluster `client` talks to, then
+    /// (with [`RuntimeConfig::watch`]) follows the directory. Returns once
+    /// every plugin was tried, as [`Runtime::rescan`] does; the status
     /// endpoint, when configured, answers from the start. A plugin that cannot
     /// start is logged and shows as [`PluginState::Failed`] in
     /// [`Runtime::status`].
@@ -433,9 +157,10 @@ impl Runtime {
         Self::start_with(SharedInformerFactory::new(client), config).await
     }
 
-    /// As [`Runtime::start`], with the plugins' informers taken from
-    /// `factory`: an embedder that watches a resource through the same
-    /// factory shares one list and watch with the plugins.
+    /// As [`Runtime::start`] (it waits for every plugin's load), with the
+    /// plugins' informers taken from `factory`: an embedder that watches a
+    /// resource through the same factory shares one list and watch with the
+    /// plugins.
     ///
     /// # Errors
     ///
@@ -447,11 +172,12 @@ impl Runtime {
         Ok(runtime)
     }
 
-    /// As [`Runtime::start`], but returns once the plugins' loads began,
-    /// without waiting for them: a program that must answer a stop signal at
-    /// any moment (one plugin may take a minute to compile) waits for them
-    /// with [`Runtime::rescan`] beside its signal, and on the signal calls
-    /// [`Runtime::shutdown`], which ends the compiles still running.
+    /// Starts the runtime and waits for no plugin's load: as
+    /// [`Runtime::start`], but returns once the loads began. A program that
+    /// must answer a stop signal at any moment (one plugin may take a minute
+    /// to compile) waits for the loads with [`Runtime::rescan`] beside its
+    /// signal, and on the signal calls [`Runtime::shutdown`], which ends the
+    /// compiles still running.
     ///
     /// # Errors
     ///
@@ -460,14 +186,14 @@ impl Runtime {
         Self::launch_with(SharedInformerFactory::new(client), config).await
     }
 
-    /// As [`Runtime::launch`], with the plugins' informers taken from
-    /// `factory`, as [`Runtime::start_with`].
+    /// As [`Runtime::launch`] (it waits for no plugin's load), with the
+    /// plugins' informers taken from `factory`, as [`Runtime::start_with`].
     ///
     /// # Errors
     ///
     /// As [`Runtime::start_with`].
     pub async fn launch_with(factory: SharedInformerFactory, config: RuntimeConfig) -> Result<Self, Error> {
-        let engine = PluginEngine::with_options(&config.engine)?;
+        let engine = PluginEngine::with_options(&config.engine).map_err(Error::Engine)?;
         if let Some(election) = &config.leader_election {
             election.validate()?;
         }
@@ -490,14 +216,14 @@ impl Runtime {
             });
             (election, follower)
         });
-        let settings_follower = {
+        let env_follower = {
             let weak = Arc::downgrade(&supervisor);
-            let changed = Arc::clone(&supervisor.settings.changed);
+            let changed = Arc::clone(&supervisor.env.changed);
             tokio::spawn(async move {
                 loop {
                     changed.notified().await;
                     let Some(supervisor) = weak.upgrade() else { break };
-                    drop(supervisor.rescan().await);
+                    drop(supervisor.begin_rescan().await);
                 }
             })
         };
@@ -518,7 +244,7 @@ impl Runtime {
                                 let Some(supervisor) = weak.upgrade() else { return false };
                                 // The loads go on by themselves: the next change is
                                 // not held up by a plugin slow to load.
-                                drop(supervisor.rescan().await);
+                                drop(supervisor.begin_rescan().await);
                                 true
                             }
                         })
@@ -532,7 +258,7 @@ impl Runtime {
         let mut runtime = Self {
             supervisor,
             watcher,
-            settings_follower,
+            env_follower,
             api_server_follower,
             election,
             status_address: None,
@@ -544,15 +270,15 @@ impl Runtime {
                 .map_err(|source| Error::Status { address, source })?;
             runtime.status_address = Some(bound);
         }
-        drop(runtime.supervisor.rescan().await);
+        drop(runtime.supervisor.begin_rescan().await);
         Ok(runtime)
     }
 
     /// Runs `plugin` beside the directory's plugins (instead of a directory
-    /// file of the same name), and returns once it was tried, as
+    /// file of the same name), and waits for its load, as
     /// [`Runtime::rescan`] does. A plugin of the same name added before is
-    /// replaced as a changed file is: its new version is loaded beside the
-    /// running one and swapped in between two batches.
+    /// replaced as a changed file is: it is that plugin's next version,
+    /// loaded beside the running one and swapped in between two batches.
     ///
     /// # Errors
     ///
@@ -566,7 +292,8 @@ impl Runtime {
         Ok(())
     }
 
-    /// Drains and unloads the embedder's plugin `name`; false when there is
+    /// Drains and unloads the embedder's plugin `name`, and waits for the
+    /// rescan that follows, as [`Runtime::rescan`] does; false when there is
     /// none. A directory file of the same name, if there is one, runs again.
     pub async fn remove_plugin(&self, name: &str) -> bool {
         let removed = self.supervisor.embedded().remove(name).is_some();
@@ -596,15 +323,15 @@ impl Runtime {
         metrics::register(registry, Arc::downgrade(&self.supervisor));
     }
 
-    /// Brings the running plugins in line with the directory (and the
-    /// embedder's plugins) now: loads new
-    /// files, reloads changed files and manifests, unloads removed files, and
-    /// returns once each plugin of the directory was tried (each load is
-    /// bounded by its plugin's limits, and the plugins load side by side). The
-    /// directory watch does this by itself without waiting; call it to apply a
-    /// change at once.
+    /// Rescans and waits for every load it began: brings the running
+    /// plugins in line with the directory (and the embedder's plugins) now —
+    /// loads new files, loads changed files and manifests as next versions,
+    /// unloads removed files — and returns once each plugin of the directory
+    /// was tried (each load is bounded by its plugin's limits, and the
+    /// plugins load side by side). The directory watch does this by itself
+    /// without waiting; call it to apply a change at once.
     pub async fn rescan(&self) {
-        for load in self.supervisor.rescan().await {
+        for load in self.supervisor.begin_rescan().await {
             load.wait().await;
         }
     }
@@ -672,7 +399,7 @@ impl Runtime {
     /// the plugins do. A leader then releases its Lease, so another replica
     /// takes over at once.
     pub async fn shutdown(mut self) -> Vec<PluginStatus> {
-        self.settings_follower.abort();
+        self.env_follower.abort();
         self.api_server_follower.abort();
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
@@ -707,7 +434,7 @@ impl Drop for Runtime {
     /// Stops without releasing a Lease it holds, as a replica that dies does:
     /// the Lease expires.
     fn drop(&mut self) {
-        self.settings_follower.abort();
+        self.env_follower.abort();
         self.api_server_follower.abort();
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();

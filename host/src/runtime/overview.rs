@@ -126,8 +126,10 @@ pub struct RolloutRow {
     /// Calls whose writes were compared, by outcome (`same`, `differs`,
     /// `only-live`, `only-shadow`).
     pub compared: BTreeMap<String, u64>,
-    /// Errors and traps of the running version.
-    pub live_failures: u64,
+    /// Errors and traps of the running version (`liveFailures` on the
+    /// wire, as the overview has always said).
+    #[serde(rename = "liveFailures")]
+    pub running_failures: u64,
     /// Errors and traps of the next version.
     pub next_failures: u64,
     /// The newest difference, `key: outcome target: diff`.
@@ -227,8 +229,8 @@ impl Rates {
                     .iter()
                     .filter_map(|(name, now)| {
                         let then = baseline.counters.get(name)?;
-                        // A reload's new version counts from where the old
-                        // one stopped; a plugin unloaded and loaded again
+                        // A version swapped in counts on from where the one
+                        // before stopped; a plugin unloaded and loaded again
                         // starts over: no rate across that.
                         let deltas = now.deltas.checked_sub(then.deltas)?;
                         let busy = now.busy.checked_sub(then.busy)?;
@@ -364,7 +366,7 @@ fn rollout_row(report: &crate::rollout::RolloutReport) -> RolloutRow {
             .iter()
             .map(|(outcome, count)| ((*outcome).to_owned(), *count))
             .collect(),
-        live_failures: report.live.errors + report.live.traps,
+        running_failures: report.running.errors + report.running.traps,
         next_failures: report.next.errors + report.next.traps,
         last_difference: report.differences.back().and_then(|last| {
             let first = last.differences.first()?;
@@ -384,13 +386,13 @@ fn lease_row(leader: &LeaderStatus, plugin: &str) -> Option<LeaseRow> {
     if leader.mode == crate::leader::LeaseMode::Single {
         return None;
     }
-    let base = crate::rollout::next_of(plugin).unwrap_or(plugin);
-    let holder = leader.plugins.get(base)?;
+    let group = crate::rollout::lease_group(plugin);
+    let holder = leader.plugins.get(group)?;
     let (namespace, prefix) = leader.lease.split_once('/').unwrap_or(("", &leader.lease));
     Some(LeaseRow {
-        name: format!("{namespace}/{}", crate::leader::plugin_lease_name(prefix, base)),
+        name: format!("{namespace}/{}", crate::leader::plugin_lease_name(prefix, group)),
         holder: holder.clone(),
-        held_here: leader.leads.contains(base),
+        held_here: leader.leads.contains(group),
     })
 }
 

@@ -204,7 +204,7 @@ fn plugin_row(html: &mut String, row: &PluginRow) {
                 "{}{share} <code class=\"small\">{}</code><br>{compared}; failures: running {}, next {}",
                 escape(&rollout.mode),
                 escape(&rollout.next_digest[..12.min(rollout.next_digest.len())]),
-                rollout.live_failures,
+                rollout.running_failures,
                 rollout.next_failures
             );
             if let Some(reason) = &rollout.rolled_back {

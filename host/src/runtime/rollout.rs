@@ -71,7 +71,8 @@ pub(super) struct Mirror {
     pub(super) work: MirrorWork,
     /// When the running version started the call.
     pub(super) sent: Instant,
-    pub(super) live: tokio::sync::oneshot::Receiver<Vec<WriteRecord>>,
+    /// What the running version wrote in the call, once it ended.
+    pub(super) running: tokio::sync::oneshot::Receiver<Vec<WriteRecord>>,
     /// The running version's inputs in the call, for the shadow to be
     /// answered the same.
     pub(super) inputs: Arc<CallInputs>,
@@ -101,8 +102,8 @@ impl MirrorWork {
 /// A next version beside the running one.
 #[derive(Debug)]
 pub(super) struct Rollout {
-    /// The running plugin's name.
-    pub(super) base: String,
+    /// The name of the plugin whose next version this is.
+    pub(super) plugin: String,
     state: Mutex<State>,
     mirrors: tokio::sync::mpsc::Sender<Mirror>,
     receiver: Mutex<Option<tokio::sync::mpsc::Receiver<Mirror>>>,
@@ -145,12 +146,12 @@ impl State {
 }
 
 impl Rollout {
-    /// The rollout of `base`'s next version (of `digest`) under `policy`;
+    /// The rollout of `plugin`'s next version (of `digest`) under `policy`;
     /// `slots` are the running and the next version's.
-    pub(super) fn new(base: &str, policy: RolloutPolicy, digest: &str, slots: [&Arc<Slot>; 2]) -> Arc<Self> {
+    pub(super) fn new(plugin: &str, policy: RolloutPolicy, digest: &str, slots: [&Arc<Slot>; 2]) -> Arc<Self> {
         let (mirrors, receiver) = tokio::sync::mpsc::channel(MIRRORS_QUEUED);
         Arc::new(Self {
-            base: base.to_owned(),
+            plugin: plugin.to_owned(),
             state: Mutex::new(State::new(policy, digest)),
             mirrors,
             receiver: Mutex::new(Some(receiver)),
@@ -204,12 +205,12 @@ impl Rollout {
         if self.mode() != Some(RolloutMode::Shadow) {
             return None;
         }
-        let (sender, live) = tokio::sync::oneshot::channel();
+        let (sender, running) = tokio::sync::oneshot::channel();
         let inputs = Arc::new(CallInputs::default());
         let mirror = Mirror {
             work,
             sent: Instant::now(),
-            live,
+            running,
             inputs: Arc::clone(&inputs),
             grant: grant.clone(),
         };
@@ -242,7 +243,7 @@ impl Rollout {
             }
             let now = Instant::now();
             match role {
-                Role::Live => state.report.live.record(call, refusals),
+                Role::Running => state.report.running.record(call, refusals),
                 Role::Next => state.report.next.record(call, refusals),
             }
             state.regression.record(role, call, refusals, now);
@@ -261,7 +262,7 @@ impl Rollout {
                 return;
             }
             tracing::error!(
-                plugin = %self.base,
+                plugin = %self.plugin,
                 next = %state.report.next_digest,
                 %reason,
                 "next version rolled back: the running version owns every key again"
@@ -291,7 +292,7 @@ impl Rollout {
         let suppressed = std::mem::take(&mut state.suppressed);
         let differences: Vec<String> = comparison.differences.iter().map(ToString::to_string).collect();
         tracing::info!(
-            plugin = %self.base,
+            plugin = %self.plugin,
             %key,
             outcome = comparison.outcome().as_str(),
             differences = %differences.join(" | "),

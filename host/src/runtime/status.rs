@@ -108,12 +108,12 @@ pub struct PluginStatus {
     pub cpu_millicores: u32,
     /// Fresh instances started after a failure.
     pub restarts: u64,
-    /// New versions (file or manifest) swapped in.
+    /// Next versions (file or manifest) swapped in.
     pub reloads: u64,
     /// Deltas of the resources it subscribed to that it was not handed: in
     /// namespaces outside its grant's `namespaces`.
     pub outside_grant: u64,
-    /// New versions replaced by the previous one after failing, and next
+    /// Versions swapped in and replaced by the previous one after failing, and next
     /// versions rolled back for doing worse than the running one.
     pub rollbacks: u64,
     /// A next version beside this one, and how the two compare.

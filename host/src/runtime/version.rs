@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Error;
+use super::LoadError;
 use super::prepare::{self, PrepareError};
 use super::status::{SharedStatus, update};
 use crate::apiserver::{Cluster, WriteObserver, WriteRecord};
@@ -52,7 +52,7 @@ pub(super) struct Version {
 /// Where a version runs: the host's informers and limits, and where its log goes.
 pub(super) struct Context<'a> {
     pub(super) factory: &'a SharedInformerFactory,
-    /// The plugin's environment, its settings resolved.
+    /// The plugin's environment, its `[env]` resolved.
     pub(super) env: Vec<(String, String)>,
     /// The namespaces the host itself is confined to.
     pub(super) scope: &'a Scope,
@@ -81,7 +81,7 @@ impl Version {
         component: PluginComponent,
         manifest: Manifest,
         context: Context<'_>,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, LoadError> {
         let grant = manifest.grant.clone().within(context.scope);
         let caches = Caches::new();
         let status = Arc::clone(context.status);
@@ -132,7 +132,8 @@ impl Version {
             let registration = instance.init(&config)?;
             Ok((instance, registration))
         })
-        .await?;
+        .await
+        .map_err(LoadError::Init)?;
         tracing::info!(
             plugin = %name,
             name = %registration.name,
@@ -141,7 +142,7 @@ impl Version {
             "plugin initialised"
         );
 
-        let registration_error = |source: PrepareError| Error::Registration {
+        let registration_error = |source: PrepareError| LoadError::Registration {
             plugin: name.to_owned(),
             source,
         };
@@ -159,10 +160,14 @@ impl Version {
                 (None, None) => InformerKey::new(subscription.gvk.clone()),
             };
             key.label_selector.clone_from(&subscription.label_selector);
-            let informer = context.factory.informer(key).await.map_err(|source| Error::Informer {
-                plugin: name.to_owned(),
-                source: Box::new(source),
-            })?;
+            let informer = context
+                .factory
+                .informer(key)
+                .await
+                .map_err(|source| LoadError::Informer {
+                    plugin: name.to_owned(),
+                    source: Box::new(source),
+                })?;
             informers.push((informer, subscription.deliver));
         }
         // One informer per subscription, in the review's order.
@@ -210,7 +215,7 @@ impl Version {
 
     /// The listener queues this version reads from: those of `previous` that
     /// deliver the same stream are kept, with a replay of what they handed out
-    /// (so this version starts exactly where the old one stopped); the others
+    /// (so this version starts exactly where the running one stopped); the others
     /// are new and start with the cache as an initial list.
     pub(super) fn attach(&self, name: &str, mut previous: Vec<Feed>) -> (Vec<Feed>, VecDeque<Delta>) {
         let mut feeds = Vec::new();
@@ -251,7 +256,11 @@ pub(super) struct Feed {
 /// the plugin registered for has synced, so its first deltas can rely on its
 /// cache queries; a running older version serves meanwhile. A cache that has
 /// not synced within `limit` fails the version with what the server answered.
-async fn wait_for_sync(name: &str, informers: &[(SharedIndexInformer, bool)], limit: Duration) -> Result<(), Error> {
+async fn wait_for_sync(
+    name: &str,
+    informers: &[(SharedIndexInformer, bool)],
+    limit: Duration,
+) -> Result<(), LoadError> {
     let waiting = Instant::now();
     let mut reported = Duration::ZERO;
     let pending = || informers.iter().filter(|(informer, _)| !informer.has_synced());
@@ -266,7 +275,7 @@ async fn wait_for_sync(name: &str, informers: &[(SharedIndexInformer, bool)], li
                     }
                 })
                 .collect();
-            return Err(Error::Timeout {
+            return Err(LoadError::Timeout {
                 plugin: name.to_owned(),
                 step: "syncing its caches",
                 limit,

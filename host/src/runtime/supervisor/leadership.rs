@@ -87,6 +87,10 @@ impl Supervisor {
             plugin.applied = None;
             starting = true;
         }
-        if starting { self.rescan().await } else { Vec::new() }
+        if starting {
+            self.begin_rescan().await
+        } else {
+            Vec::new()
+        }
     }
 }

@@ -1,8 +1,13 @@
 //! The supervisor: brings the running plugins in line with what the plugin
 //! directory and the embedder hold — loads new plugins, prepares changed ones
 //! beside the running version and hands them to its worker, unloads removed
-//! ones — by the pure rule of [`step`]; `leadership` is the gate that runs a
-//! writing plugin only while this replica leads.
+//! ones — by the pure rule of [`step`].
+//!
+//! | file | what |
+//! | --- | --- |
+//! | this one | the plugins it knows, the rescan, the rollouts it sets up |
+//! | `load` | one load of one version, whose every failure is a `LoadError` reported once |
+//! | `leadership` | the gate that runs a writing plugin only while this replica leads it |
 //!
 //! Each plugin loads in a task of its own (compile, `init`, informers, cache
 //! sync), each step under its limit, so a plugin that is slow to load delays
@@ -11,27 +16,26 @@
 //! but the plugin's next compile waits for it to end.
 
 mod leadership;
+mod load;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use super::directory::{self, Fingerprint, PluginFiles};
+use super::directory::{self, Fingerprint};
 use super::embedded::EmbeddedPlugin;
+use super::env::EnvSources;
 use super::pool::{Pool, TaskHandle};
 use super::rollout::{Link, Rollout, Slot};
-use super::settings::Settings;
-use super::status::{PluginState, PluginStatus, STATUS_LOG_LINES, SharedStatus, update};
-use super::version::{Context, Version, blocking};
-use super::worker::{Command, Worker, WorkerHandle};
+use super::status::{PluginState, PluginStatus, SharedStatus, update};
+use super::worker::{Command, WorkerHandle};
 use super::{BatchObserver, Error, RuntimeConfig};
 use crate::apiserver::Cluster;
 use crate::informer::SharedInformerFactory;
 use crate::leader::Leadership;
 use crate::manifest::EnvVar;
 use crate::outbound::{AddressPolicy, Resolver, in_cluster_api_server, interface_addresses};
-use crate::plugin::{LogLine, LogSink, PluginComponent, PluginEngine};
+use crate::plugin::{LogSink, PluginComponent, PluginEngine};
 use crate::rollout::{Role, RolloutMode, RolloutPolicy, next_of};
 use crate::scope::Scope;
 use kinformer_informers::Recover as _;
@@ -139,7 +143,7 @@ pub(super) struct Supervisor {
     /// How plugins' outbound HTTP looks names up.
     resolver: Resolver,
     /// The Secrets and ConfigMaps the plugins' `[env]` name, watched.
-    pub(super) settings: Settings,
+    pub(super) env: EnvSources,
     /// The leader election's view, when there is one.
     pub(super) election: Option<Leadership>,
     /// Set once the directory was scanned: every plugin of it is known.
@@ -181,7 +185,7 @@ impl Supervisor {
                 policy
             },
             resolver: config.resolver.clone(),
-            settings: Settings::new(factory.client().clone()),
+            env: EnvSources::new(factory.client().clone()),
             factory,
             dir: config.plugins.clone(),
             embedded: Mutex::default(),
@@ -246,24 +250,25 @@ impl Supervisor {
         self.rollouts.lock().recover()
     }
 
-    /// Puts `next`'s running version beside its plugin's (`base`) under
-    /// `policy`, or hands an existing rollout the new next version. Without
-    /// a running `base`, the next version runs on its own.
-    fn start_rollout(&self, base: &str, next: &str, policy: RolloutPolicy, digest: &str) {
+    /// Puts `next_name` (the next version of `plugin`, of `digest`) beside
+    /// `plugin`'s running version under `policy`, or hands an existing
+    /// rollout the new next version. Without `plugin`, the next version
+    /// runs on its own.
+    fn start_rollout(&self, plugin: &str, next_name: &str, policy: RolloutPolicy, digest: &str) {
         let plugins = self.plugins();
-        let (Some(live), Some(candidate)) = (plugins.get(base), plugins.get(next)) else {
-            tracing::warn!(plugin = %next, base = %base, "a next version without its plugin runs on its own");
+        let (Some(running), Some(next)) = (plugins.get(plugin), plugins.get(next_name)) else {
+            tracing::warn!(plugin = %next_name, next_of = %plugin, "a next version without its plugin runs on its own");
             return;
         };
         let mut rollouts = self.rollouts();
-        let rollout = match rollouts.get(base) {
+        let rollout = match rollouts.get(plugin) {
             Some(rollout) => {
                 rollout.retarget(policy, digest);
                 Arc::clone(rollout)
             }
             None => {
-                let rollout = Rollout::new(base, policy, digest, [&live.slot, &candidate.slot]);
-                rollouts.insert(base.to_owned(), Arc::clone(&rollout));
+                let rollout = Rollout::new(plugin, policy, digest, [&running.slot, &next.slot]);
+                rollouts.insert(plugin.to_owned(), Arc::clone(&rollout));
                 rollout
             }
         };
@@ -272,31 +277,31 @@ impl Supervisor {
             RolloutMode::Canary => format!(" owning {}% of the keys", policy.percent),
         };
         tracing::info!(
-            plugin = %base,
+            plugin = %plugin,
             next = &digest[..12.min(digest.len())],
             mode = %policy.mode,
             "next version runs beside the running one as a {}{share}",
             policy.mode
         );
-        live.slot.set(Some(Link {
+        running.slot.set(Some(Link {
             rollout: Arc::clone(&rollout),
-            role: Role::Live,
+            role: Role::Running,
         }));
-        candidate.slot.set(Some(Link {
+        next.slot.set(Some(Link {
             rollout,
             role: Role::Next,
         }));
     }
 
-    /// Ends the rollout of `base`'s next version (it was removed or promoted,
-    /// or `base` was): the running version owns every key again.
-    fn end_rollout(&self, base: &str) {
-        let Some(rollout) = self.rollouts().remove(base) else {
+    /// Ends the rollout of `plugin`'s next version (it was removed or
+    /// promoted, or `plugin` was): the running version owns every key again.
+    fn end_rollout(&self, plugin: &str) {
+        let Some(rollout) = self.rollouts().remove(plugin) else {
             return;
         };
-        tracing::info!(plugin = %base, "next version gone: the running version owns every key");
+        tracing::info!(plugin = %plugin, "next version gone: the running version owns every key");
         let plugins = self.plugins();
-        for name in [base.to_owned(), format!("{base}{}", crate::rollout::NEXT_SUFFIX)] {
+        for name in [plugin.to_owned(), format!("{plugin}{}", crate::rollout::NEXT_SUFFIX)] {
             if let Some(plugin) = plugins.get(&name) {
                 plugin.slot.set(None);
             }
@@ -331,12 +336,13 @@ impl Supervisor {
             .collect()
     }
 
-    /// Brings the plugins in line with the directory and the embedder's
-    /// plugins: unloads removed plugins
-    /// and starts a load of each new or changed one (a load of an older
-    /// version still running is dropped). Returns the loads now running for
-    /// the directory's versions, without waiting for them.
-    pub(super) async fn rescan(self: &Arc<Self>) -> Vec<Done> {
+    /// Begins a rescan and waits for no load: brings the plugins in line
+    /// with the directory and the embedder's plugins, unloads removed
+    /// plugins and starts a load of each new or changed one (a load of an
+    /// older version still running is dropped). Returns the loads now
+    /// running for the directory's versions, for a caller that waits
+    /// ([`Runtime::rescan`](super::Runtime::rescan)).
+    pub(super) async fn begin_rescan(self: &Arc<Self>) -> Vec<Done> {
         let _one_at_a_time = self.rescanning.lock().await;
         // A directory that cannot be read now unloads nothing: its plugins
         // keep running until a scan says they are gone.
@@ -368,14 +374,14 @@ impl Supervisor {
             .filter_map(|files| files.manifest.as_ref().ok().map(|manifest| manifest.env.clone()))
             .collect();
         for env in &envs {
-            self.settings.watch(env).await;
+            self.env.watch(env).await;
         }
         if scanned {
-            self.settings.retain(envs.iter().map(Vec::as_slice));
+            self.env.retain(envs.iter().map(Vec::as_slice));
         }
         for files in wanted.values_mut() {
             if let Ok(manifest) = &files.manifest {
-                files.fingerprint.settings = self.settings.digest(&manifest.env);
+                files.fingerprint.env = self.env.digest(&manifest.env);
             }
         }
 
@@ -433,7 +439,7 @@ impl Supervisor {
                     continue;
                 }
                 Step::Cancel => {
-                    tracing::info!(plugin = %name, "plugin file changed back while its new version loaded: the load is dropped");
+                    tracing::info!(plugin = %name, "plugin file changed back while its next version loaded: the load is dropped");
                     if let Some(loading) = plugin.loading.take() {
                         loading.task.abort();
                     }
@@ -485,236 +491,6 @@ impl Supervisor {
             plugin.loading = None;
         }
     }
-
-    /// Loads a new version of a plugin and hands it to its worker (or starts one).
-    async fn apply(&self, name: &str, files: PluginFiles, load: Load) {
-        let Load {
-            status,
-            component,
-            compiling,
-            outside_grant,
-        } = load;
-        let status = &status;
-        let reload = self.plugins().get(name).is_some_and(|plugin| plugin.applied.is_some());
-        let started = Instant::now();
-        let PluginFiles {
-            file,
-            bytes,
-            fingerprint,
-            manifest,
-            stamp,
-            component: given,
-        } = files;
-        let mut manifest = match manifest {
-            Ok(manifest) => manifest,
-            Err(error) => {
-                self.reject(name, &fingerprint, status, &Error::Manifest(error), reload);
-                return;
-            }
-        };
-        // A next version's rollout; a shadow's writes persist nothing, and
-        // its requests are never sent.
-        let rollout = next_of(name).map(|base| (base, manifest.rollout.unwrap_or_default()));
-        let shadow = matches!(rollout, Some((_, policy)) if policy.mode == RolloutMode::Shadow);
-        match rollout {
-            Some((_, policy)) if policy.mode == RolloutMode::Shadow => manifest.mode = crate::grant::WriteMode::DryRun,
-            None if manifest.rollout.is_some() => {
-                tracing::warn!(plugin = %name, "[rollout] applies to a next version only (NAME.next.toml); ignored");
-            }
-            _ => {}
-        }
-        let bytes = match bytes {
-            Ok(bytes) => bytes,
-            Err(source) => {
-                let error = Error::File { path: file, source };
-                self.reject(name, &fingerprint, status, &error, reload);
-                return;
-            }
-        };
-        let component = match given.or(component.filter(|component| component.digest() == fingerprint.digest)) {
-            Some(component) => component,
-            None => {
-                let engine = self.engine.clone();
-                let path = file.clone();
-                // One compile per plugin at a time: the lock goes with the
-                // compile, which cannot be interrupted, until it returns.
-                let turn = compiling.lock_owned().await;
-                let limit = manifest.limits.compile_timeout;
-                let compile = blocking(move || {
-                    let _turn = turn;
-                    engine.load_file_bytes_within(&path, &bytes, limit)
-                });
-                let Ok(compiled) = tokio::time::timeout(limit, compile).await else {
-                    let error = Error::Timeout {
-                        plugin: name.to_owned(),
-                        step: "compiling the plugin file",
-                        limit,
-                        key: "limits.compile-timeout-ms",
-                        detail: String::new(),
-                    };
-                    self.reject(name, &fingerprint, status, &error, reload);
-                    return;
-                };
-                match compiled {
-                    Ok(component) => component,
-                    Err(error) => {
-                        // A file still being written fails to compile: wait for it.
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        if stamp.is_some() && directory::stamp(&file) != stamp {
-                            tracing::info!(plugin = %name, "plugin file still changing; waiting for it to settle");
-                            return;
-                        }
-                        self.reject(name, &fingerprint, status, &Error::Plugin(error), reload);
-                        return;
-                    }
-                }
-            }
-        };
-        let writes = !manifest.grant.writes().is_empty() || component.is_controller();
-        {
-            let mut plugins = self.plugins();
-            plugins.entry(name.to_owned()).and_modify(|plugin| {
-                plugin.component = Some(component.clone());
-                plugin.writes = writes;
-            });
-            self.offer_writers(&plugins);
-        }
-        if writes && self.stand_by(&mut self.plugins(), name, &fingerprint, status) {
-            return;
-        }
-        let env = match self.settings.resolve(&manifest.env) {
-            Ok(env) => env,
-            Err(source) => {
-                let error = Error::Settings {
-                    plugin: name.to_owned(),
-                    source: Box::new(source),
-                };
-                self.reject(name, &fingerprint, status, &error, reload);
-                return;
-            }
-        };
-        let context = Context {
-            factory: &self.factory,
-            env,
-            scope: &self.scope,
-            log_sink: self.status_sink(status),
-            cluster: &self.cluster,
-            addresses: &self.addresses,
-            resolver: &self.resolver,
-            shadow,
-            status,
-            outside_grant,
-        };
-        let version = match Version::prepare(name, component, manifest, context).await {
-            Ok(version) => version,
-            Err(error) => {
-                self.reject(name, &fingerprint, status, &error, reload);
-                return;
-            }
-        };
-
-        let mut plugins = self.plugins();
-        // Leading may have ended while it loaded.
-        if writes && self.stand_by(&mut plugins, name, &fingerprint, status) {
-            return;
-        }
-        let Some(plugin) = plugins.get_mut(name) else { return };
-        // A load that a later rescan dropped (its file changed again, or
-        // back) after its last await swaps nothing in.
-        if plugin
-            .loading
-            .as_ref()
-            .is_none_or(|loading| loading.fingerprint != fingerprint)
-        {
-            tracing::debug!(plugin = %name, "a dropped load finished; its version is discarded");
-            return;
-        }
-        plugin.applied = Some(fingerprint.clone());
-        // The same file may load now that its settings or manifest changed.
-        update(status, |status| {
-            status.load_error = None;
-            if status.rejected_digest.as_ref() == Some(&fingerprint.digest) {
-                status.rejected_digest = None;
-            }
-        });
-        let swapped = match plugin.worker.as_ref().filter(|worker| worker.alive()) {
-            Some(worker) => match worker.commands.send(Command::Swap(Box::new(version))) {
-                Ok(()) => {
-                    tracing::info!(
-                        plugin = %name,
-                        digest = &fingerprint.digest[..12],
-                        prepare_ms = started.elapsed().as_millis() as u64,
-                        "new version ready; swapping it in between two batches"
-                    );
-                    None
-                }
-                Err(tokio::sync::mpsc::error::SendError(Command::Swap(version))) => Some(*version),
-                Err(_) => return,
-            },
-            None => Some(version),
-        };
-        if let Some(version) = swapped {
-            let slot = Arc::clone(&plugin.slot);
-            match Worker::spawn(
-                &self.pool,
-                name,
-                status,
-                version,
-                self.stop.subscribe(),
-                self.observer.clone(),
-                slot,
-            ) {
-                Ok(worker) => plugin.worker = Some(worker),
-                Err(error) => {
-                    drop(plugins);
-                    self.reject(name, &fingerprint, status, &error, reload);
-                    return;
-                }
-            }
-        }
-        drop(plugins);
-        if let Some((base, policy)) = rollout {
-            self.start_rollout(base, name, policy, &fingerprint.digest);
-        }
-    }
-
-    /// Records a version that could not load; an earlier version keeps running.
-    fn reject(&self, name: &str, fingerprint: &Fingerprint, status: &SharedStatus, error: &Error, reload: bool) {
-        let message = super::error_text(error);
-        if reload {
-            tracing::error!(plugin = %name, error = %message, "new version rejected; the running version keeps serving");
-        } else {
-            tracing::error!(plugin = %name, error = %message, "plugin not started");
-        }
-        if let Some(plugin) = self.plugins().get_mut(name) {
-            plugin.applied = Some(fingerprint.clone());
-        }
-        update(status, |status| {
-            status.load_error = Some(message);
-            status.rejected_digest = Some(fingerprint.digest.clone());
-            if status.running_digest.is_none() {
-                status.state = PluginState::Failed;
-            }
-        });
-    }
-
-    /// A log sink that keeps the plugin's recent lines in its status, across
-    /// restarts and reloads, and passes them on to the runtime's sink.
-    fn status_sink(&self, status: &SharedStatus) -> LogSink {
-        let status = Arc::clone(status);
-        let next = self.log_sink.clone();
-        Arc::new(move |plugin: &str, line: &LogLine| {
-            update(&status, |status| {
-                if status.recent_logs.len() == STATUS_LOG_LINES {
-                    status.recent_logs.pop_front();
-                }
-                status.recent_logs.push_back(line.clone());
-            });
-            if let Some(next) = &next {
-                next(plugin, line);
-            }
-        })
-    }
 }
 
 #[cfg(test)]
@@ -725,7 +501,7 @@ mod tests {
         Fingerprint {
             digest: digest.into(),
             manifest: None,
-            settings: None,
+            env: None,
         }
     }
 
@@ -751,13 +527,13 @@ mod tests {
     }
 
     #[test]
-    fn a_file_changed_back_while_its_new_version_loads_drops_that_load() {
+    fn a_file_changed_back_while_its_next_version_loads_drops_that_load() {
         let (one, two) = (version("1"), version("2"));
         assert_eq!(step(Some(&one), Some(&two), &one), Step::Cancel);
     }
 
     #[test]
-    fn a_manifest_change_is_a_new_version() {
+    fn a_manifest_change_is_a_next_version() {
         let plain = version("1");
         let configured = Fingerprint {
             manifest: Some("config = \"x\"".into()),
@@ -765,23 +541,23 @@ mod tests {
         };
         assert_eq!(step(Some(&plain), None, &configured), Step::Load);
         let secret_changed = Fingerprint {
-            settings: Some("b".into()),
+            env: Some("b".into()),
             ..Fingerprint {
-                settings: Some("a".into()),
+                env: Some("a".into()),
                 ..configured.clone()
             }
         };
         assert_eq!(
             step(
                 Some(&Fingerprint {
-                    settings: Some("a".into()),
+                    env: Some("a".into()),
                     ..configured.clone()
                 }),
                 None,
                 &secret_changed
             ),
             Step::Load,
-            "a setting's new value is a new version"
+            "a new value of its env is a next version"
         );
     }
 }

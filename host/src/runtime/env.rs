@@ -1,4 +1,4 @@
-//! Settings: the values a plugin's `[env]` takes from Secrets and ConfigMaps,
+//! A plugin's `[env]`: the values it takes from Secrets and ConfigMaps,
 //! read and watched by the host, so a webhook's URL or a token never sits in
 //! a manifest in Git.
 //!
@@ -23,7 +23,7 @@ use crate::manifest::{EnvValue, EnvVar, KeyRef};
 use kinformer_informers::Recover as _;
 
 /// The largest value one variable may take from a Secret or ConfigMap.
-pub const MAX_SETTING_BYTES: usize = 64 * 1024;
+pub const MAX_ENV_VALUE_BYTES: usize = 64 * 1024;
 
 /// How long a plugin's load waits for an object's first answer.
 const FIRST_ANSWER: Duration = Duration::from_secs(10);
@@ -31,26 +31,26 @@ const FIRST_ANSWER: Duration = Duration::from_secs(10);
 /// Why a plugin's environment could not be made. Never carries a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("env {variable}: {object} {problem}")]
-pub struct SettingsError {
+pub struct EnvError {
     /// The variable.
     pub variable: String,
     /// The object it names: `Secret monitoring/slack`.
     pub object: String,
     /// What is wrong.
-    pub problem: SettingsProblem,
+    pub problem: EnvProblem,
 }
 
 /// What is wrong with a variable's Secret or ConfigMap.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum SettingsProblem {
+pub enum EnvProblem {
     /// The object does not exist.
     #[error("not found")]
     Missing,
     /// The object has no such key.
     #[error("has no key {0:?}")]
     MissingKey(String),
-    /// The value is over [`MAX_SETTING_BYTES`], or not UTF-8 text.
+    /// The value is over [`MAX_ENV_VALUE_BYTES`], or not UTF-8 text.
     #[error("key {key:?}: {problem}")]
     Unusable {
         /// The key.
@@ -112,14 +112,14 @@ struct Watched {
 }
 
 /// The watched Secrets and ConfigMaps of every plugin's `[env]`.
-pub(super) struct Settings {
+pub(super) struct EnvSources {
     client: kube::Client,
     objects: Mutex<BTreeMap<Source, Watched>>,
     /// Told when a watched object changed after its first answer.
     pub(super) changed: Arc<tokio::sync::Notify>,
 }
 
-impl Settings {
+impl EnvSources {
     pub(super) fn new(client: kube::Client) -> Self {
         Self {
             client,
@@ -167,7 +167,7 @@ impl Settings {
     }
 
     /// The environment `env` makes now, or why it cannot be made.
-    pub(super) fn resolve(&self, env: &[EnvVar]) -> Result<Vec<(String, String)>, SettingsError> {
+    pub(super) fn resolve(&self, env: &[EnvVar]) -> Result<Vec<(String, String)>, EnvError> {
         let objects = self.objects();
         env.iter()
             .map(|var| {
@@ -238,7 +238,7 @@ impl Settings {
     }
 }
 
-impl Drop for Settings {
+impl Drop for EnvSources {
     fn drop(&mut self) {
         for watched in self.objects().values() {
             watched.task.abort();
@@ -280,7 +280,7 @@ async fn follow<K>(
                         kind = source.kind(),
                         namespace = %source.namespace,
                         name = %source.name,
-                        "a plugin's setting cannot be read: {line}"
+                        "a value of a plugin's [env] cannot be read: {line}"
                     );
                 }
                 if *state.borrow() != State::Pending {
@@ -295,7 +295,7 @@ async fn follow<K>(
                 kind = source.kind(),
                 namespace = %source.namespace,
                 name = %source.name,
-                "a plugin's setting changed: its plugins are swapped in again"
+                "a value of a plugin's [env] changed: its plugins are swapped in again"
             );
             changed.notify_one();
         }
@@ -326,32 +326,32 @@ fn config_map_data(config_map: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// The value of `key` in `state`, as variable `variable` takes it.
-fn value_of(variable: &str, source: &Source, key: &KeyRef, state: &State) -> Result<String, SettingsError> {
-    let error = |problem| SettingsError {
+fn value_of(variable: &str, source: &Source, key: &KeyRef, state: &State) -> Result<String, EnvError> {
+    let error = |problem| EnvError {
         variable: variable.to_owned(),
         object: format!("{} {}/{}", source.kind(), source.namespace, source.name),
         problem,
     };
     match state {
-        State::Pending => Err(error(SettingsProblem::Unreadable(format!(
+        State::Pending => Err(error(EnvProblem::Unreadable(format!(
             "no answer from the API server within {} s",
             FIRST_ANSWER.as_secs()
         )))),
-        State::Failed(message) => Err(error(SettingsProblem::Unreadable(message.clone()))),
-        State::Missing => Err(error(SettingsProblem::Missing)),
+        State::Failed(message) => Err(error(EnvProblem::Unreadable(message.clone()))),
+        State::Missing => Err(error(EnvProblem::Missing)),
         State::Present(data) => {
             let Some(bytes) = data.get(&key.key) else {
-                return Err(error(SettingsProblem::MissingKey(key.key.clone())));
+                return Err(error(EnvProblem::MissingKey(key.key.clone())));
             };
             let unusable = |problem: String| {
-                error(SettingsProblem::Unusable {
+                error(EnvProblem::Unusable {
                     key: key.key.clone(),
                     problem,
                 })
             };
-            if bytes.len() > MAX_SETTING_BYTES {
+            if bytes.len() > MAX_ENV_VALUE_BYTES {
                 return Err(unusable(format!(
-                    "the value is {} bytes, over the limit of {MAX_SETTING_BYTES}",
+                    "the value is {} bytes, over the limit of {MAX_ENV_VALUE_BYTES}",
                     bytes.len()
                 )));
             }
@@ -395,7 +395,7 @@ mod tests {
             no_key.to_string(),
             "env SLACK_URL: Secret monitoring/slack has no key \"url\""
         );
-        let huge = vec![b's'; MAX_SETTING_BYTES + 1];
+        let huge = vec![b's'; MAX_ENV_VALUE_BYTES + 1];
         let too_large = value_of("SLACK_URL", &source(), &key(), &data(&huge))
             .unwrap_err()
             .to_string();
