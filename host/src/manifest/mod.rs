@@ -29,25 +29,11 @@
 //! verbs = ["create"]
 //! resources = ["events.k8s.io/v1/Event"]
 //!
-//! [limits]
+//! [limits]                     # every key: the fields of `limits::Limits`
 //! call-timeout-ms = 1000       # longest init or handle call
-//! cpu-millicores = 250         # share of one core; paused past it (1000: no limit)
 //! memory-mib = 64              # memories, tables, what the host holds for it
-//! query-objects = 1000         # objects per cache query
-//! query-bytes = 16777216       # bytes of JSON per cache query
-//! log-lines-per-second = 200
-//! queue-capacity = 4096        # deltas queued before catch-up mode
-//! max-batch = 64               # deltas per handle call
-//! batch-window-ms = 0          # gather deltas this long after a call (0: at once)
 //! writes-per-second = 10       # token bucket of the plugin's writes...
 //! write-burst = 20             # ...and its size
-//! write-timeout-ms = 10000     # longest wait for the API server per write
-//! module-mib = 128             # largest plugin file read
-//! compile-timeout-ms = 120000  # longest compile of the plugin file
-//! sync-timeout-ms = 120000     # longest wait for the plugin's caches to sync
-//! max-subscriptions = 16       # resources watched or cached
-//! max-indexes = 16             # indexes declared
-//! max-instances = 4            # instances alive at once
 //!
 //! [failures]
 //! on-error = "retry"           # a batch `handle` rejects: "retry" or "skip"
@@ -76,6 +62,7 @@
 
 pub mod limits;
 
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -84,9 +71,7 @@ use serde::Deserialize;
 use crate::rollout::{RolloutMode, RolloutPolicy};
 
 use crate::grant::{Grant, HttpGrant, Scope, Verb, WriteMode, WriteRule};
-use crate::limits::{
-    FULL_CORE_MILLICORES, FailurePolicy, Limits, MAX_MEMORY_MIB, MAX_MODULE_MIB, MAX_RESTART_BACKOFF, OnError,
-};
+use crate::limits::{FailurePolicy, Limits, LimitsFile, MAX_RESTART_BACKOFF, OnError};
 
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
@@ -230,38 +215,6 @@ struct WriteRuleFile {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct LimitsFile {
-    call_timeout_ms: Option<u64>,
-    cpu_millicores: Option<u64>,
-    memory_mib: Option<u64>,
-    query_objects: Option<u64>,
-    query_bytes: Option<u64>,
-    log_lines_per_second: Option<u32>,
-    queue_capacity: Option<u64>,
-    max_batch: Option<u64>,
-    batch_window_ms: Option<u64>,
-    writes_per_second: Option<u64>,
-    write_burst: Option<u64>,
-    write_timeout_ms: Option<u64>,
-    module_mib: Option<u64>,
-    compile_timeout_ms: Option<u64>,
-    sync_timeout_ms: Option<u64>,
-    max_subscriptions: Option<u64>,
-    max_indexes: Option<u64>,
-    max_instances: Option<u64>,
-    reads_per_second: Option<u64>,
-    read_burst: Option<u64>,
-    http_connect_timeout_ms: Option<u64>,
-    http_timeout_ms: Option<u64>,
-    http_request_bytes: Option<u64>,
-    http_response_bytes: Option<u64>,
-    http_requests_per_second: Option<u64>,
-    http_burst: Option<u64>,
-    http_concurrent: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct FailuresFile {
     on_error: Option<OnError>,
     retries: Option<u32>,
@@ -396,192 +349,7 @@ impl Manifest {
             let offset = env.span().start;
             manifest.env = parse_env(env.into_inner()).map_err(|message| at(offset, format!("env: {message}")))?;
         }
-        let limits = file.limits.unwrap_or_default();
-        let defaults = Limits::default();
-        let range = |field: &str, value: Option<u64>, min: u64, max: u64, default: u64| match value {
-            None => Ok(default),
-            Some(value) if (min..=max).contains(&value) => Ok(value),
-            Some(value) => Err(invalid(format!("limits.{field} is {value}: must be {min} to {max}"))),
-        };
-        manifest.limits = Limits {
-            call_timeout: Duration::from_millis(range(
-                "call-timeout-ms",
-                limits.call_timeout_ms,
-                10,
-                60_000,
-                defaults.call_timeout.as_millis() as u64,
-            )?),
-            cpu_millicores: range(
-                "cpu-millicores",
-                limits.cpu_millicores,
-                10,
-                u64::from(FULL_CORE_MILLICORES),
-                u64::from(defaults.cpu_millicores),
-            )? as u32,
-            memory_bytes: (range(
-                "memory-mib",
-                limits.memory_mib,
-                1,
-                MAX_MEMORY_MIB,
-                (defaults.memory_bytes >> 20) as u64,
-            )? << 20) as usize,
-            query_objects: range(
-                "query-objects",
-                limits.query_objects,
-                1,
-                100_000,
-                defaults.query_objects as u64,
-            )? as usize,
-            query_bytes: range(
-                "query-bytes",
-                limits.query_bytes,
-                1024,
-                1 << 30,
-                defaults.query_bytes as u64,
-            )? as usize,
-            log_lines_per_second: range(
-                "log-lines-per-second",
-                limits.log_lines_per_second.map(u64::from),
-                1,
-                1_000_000,
-                u64::from(defaults.log_lines_per_second),
-            )? as u32,
-            queue_capacity: range(
-                "queue-capacity",
-                limits.queue_capacity,
-                1,
-                1 << 20,
-                defaults.queue_capacity as u64,
-            )? as usize,
-            max_batch: range("max-batch", limits.max_batch, 1, 4096, defaults.max_batch as u64)? as usize,
-            batch_window: Duration::from_millis(range(
-                "batch-window-ms",
-                limits.batch_window_ms,
-                0,
-                100,
-                defaults.batch_window.as_millis() as u64,
-            )?),
-            writes_per_second: range(
-                "writes-per-second",
-                limits.writes_per_second,
-                1,
-                10_000,
-                u64::from(defaults.writes_per_second),
-            )? as u32,
-            write_burst: range(
-                "write-burst",
-                limits.write_burst,
-                1,
-                100_000,
-                u64::from(defaults.write_burst),
-            )? as u32,
-            write_timeout: Duration::from_millis(range(
-                "write-timeout-ms",
-                limits.write_timeout_ms,
-                10,
-                300_000,
-                defaults.write_timeout.as_millis() as u64,
-            )?),
-            module_bytes: range(
-                "module-mib",
-                limits.module_mib,
-                1,
-                MAX_MODULE_MIB,
-                defaults.module_bytes >> 20,
-            )? << 20,
-            compile_timeout: Duration::from_millis(range(
-                "compile-timeout-ms",
-                limits.compile_timeout_ms,
-                100,
-                3_600_000,
-                defaults.compile_timeout.as_millis() as u64,
-            )?),
-            sync_timeout: Duration::from_millis(range(
-                "sync-timeout-ms",
-                limits.sync_timeout_ms,
-                100,
-                3_600_000,
-                defaults.sync_timeout.as_millis() as u64,
-            )?),
-            max_subscriptions: range(
-                "max-subscriptions",
-                limits.max_subscriptions,
-                1,
-                256,
-                defaults.max_subscriptions as u64,
-            )? as usize,
-            max_indexes: range("max-indexes", limits.max_indexes, 0, 256, defaults.max_indexes as u64)? as usize,
-            max_instances: range(
-                "max-instances",
-                limits.max_instances,
-                2,
-                16,
-                defaults.max_instances as u64,
-            )? as usize,
-            reads_per_second: range(
-                "reads-per-second",
-                limits.reads_per_second,
-                1,
-                10_000,
-                u64::from(defaults.reads_per_second),
-            )? as u32,
-            read_burst: range(
-                "read-burst",
-                limits.read_burst,
-                1,
-                100_000,
-                u64::from(defaults.read_burst),
-            )? as u32,
-            http_connect_timeout: Duration::from_millis(range(
-                "http-connect-timeout-ms",
-                limits.http_connect_timeout_ms,
-                10,
-                60_000,
-                defaults.http_connect_timeout.as_millis() as u64,
-            )?),
-            http_timeout: Duration::from_millis(range(
-                "http-timeout-ms",
-                limits.http_timeout_ms,
-                10,
-                300_000,
-                defaults.http_timeout.as_millis() as u64,
-            )?),
-            http_request_bytes: range(
-                "http-request-bytes",
-                limits.http_request_bytes,
-                0,
-                64 << 20,
-                defaults.http_request_bytes,
-            )?,
-            http_response_bytes: range(
-                "http-response-bytes",
-                limits.http_response_bytes,
-                0,
-                64 << 20,
-                defaults.http_response_bytes,
-            )?,
-            http_requests_per_second: range(
-                "http-requests-per-second",
-                limits.http_requests_per_second,
-                1,
-                10_000,
-                u64::from(defaults.http_requests_per_second),
-            )? as u32,
-            http_burst: range(
-                "http-burst",
-                limits.http_burst,
-                1,
-                100_000,
-                u64::from(defaults.http_burst),
-            )? as u32,
-            http_concurrent: range(
-                "http-concurrent",
-                limits.http_concurrent,
-                1,
-                1024,
-                u64::from(defaults.http_concurrent),
-            )? as u32,
-        };
+        manifest.limits = file.limits.unwrap_or_default().limits().map_err(invalid)?;
         let failures = file.failures.unwrap_or_default();
         let defaults = FailurePolicy::default();
         let millis = |value: Option<u64>, default: Duration| value.map_or(default, Duration::from_millis);
@@ -599,18 +367,13 @@ impl Manifest {
             let defaults = RolloutPolicy::default();
             let percent = match rollout.percent {
                 None => defaults.percent,
-                Some(percent) => u8::try_from(percent)
-                    .ok()
-                    .filter(|percent| *percent <= 100)
-                    .ok_or_else(|| invalid(format!("rollout.percent is {percent}: must be 0 to 100")))?,
+                // Within 0 to 100, a u8.
+                Some(percent) => in_range("rollout", "percent", percent, &(0..=100)).map_err(invalid)? as u8,
             };
             let window = match rollout.window_seconds {
                 None => defaults.window,
-                Some(seconds @ 1..=86_400) => Duration::from_secs(seconds),
                 Some(seconds) => {
-                    return Err(invalid(format!(
-                        "rollout.window-seconds is {seconds}: must be 1 to 86400"
-                    )));
+                    Duration::from_secs(in_range("rollout", "window-seconds", seconds, &(1..=86_400)).map_err(invalid)?)
                 }
             };
             manifest.rollout = Some(RolloutPolicy {
@@ -694,6 +457,25 @@ fn env_reference(name: &str, reference: &toml::Table) -> Result<EnvValue, String
     }
 }
 
+/// `number` when `range` holds it; else why not, as
+/// `limits.memory-mib is 4096: must be 1 to 1024`.
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    table: &str,
+    key: &str,
+    number: T,
+    range: &RangeInclusive<T>,
+) -> Result<T, String> {
+    if range.contains(&number) {
+        Ok(number)
+    } else {
+        Err(format!(
+            "{table}.{key} is {number}: must be {} to {}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
 /// The 1-based line and column of a byte offset.
 fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
@@ -716,10 +498,15 @@ mod tests {
         GroupVersionKind::gvk(group, version, kind)
     }
 
-    /// The defaults block of the manifest reference (`docs/manifest.md`).
-    fn documented_defaults() -> String {
+    /// The manifest reference, `docs/manifest.md`.
+    fn reference() -> String {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/manifest.md");
-        let page = std::fs::read_to_string(path).expect("docs/manifest.md is the manifest reference");
+        std::fs::read_to_string(path).expect("docs/manifest.md is the manifest reference")
+    }
+
+    /// The reference's defaults block.
+    fn documented_defaults() -> String {
+        let page = reference();
         let block = page
             .split("<!-- defaults: begin -->")
             .nth(1)
@@ -740,67 +527,15 @@ mod tests {
             Manifest::default(),
             "docs/manifest.md's defaults differ from the code's"
         );
-        // Every key is there: destructured whole, a new field fails to compile
-        // here until the reference (and this list) names it.
+        // Every key is there: the limits as the table declares them; the
+        // failure policy destructured whole, so that a new field fails to
+        // compile here until the reference (and this list) names it.
+        let table: toml::Table = text.parse().expect("the documented defaults parse");
+        let documented = table["limits"].as_table().expect("the reference has a [limits] table");
+        let limits = limits::KEYS
+            .iter()
+            .map(|(key, ..)| (*key, documented.contains_key(*key)));
         let file: File = toml::from_str(&text).expect("the documented defaults parse");
-        let LimitsFile {
-            call_timeout_ms,
-            cpu_millicores,
-            memory_mib,
-            query_objects,
-            query_bytes,
-            log_lines_per_second,
-            queue_capacity,
-            max_batch,
-            batch_window_ms,
-            writes_per_second,
-            write_burst,
-            write_timeout_ms,
-            module_mib,
-            compile_timeout_ms,
-            sync_timeout_ms,
-            max_subscriptions,
-            max_indexes,
-            max_instances,
-            reads_per_second,
-            read_burst,
-            http_connect_timeout_ms,
-            http_timeout_ms,
-            http_request_bytes,
-            http_response_bytes,
-            http_requests_per_second,
-            http_burst,
-            http_concurrent,
-        } = file.limits.expect("the reference has a [limits] table");
-        let limits = [
-            ("call-timeout-ms", call_timeout_ms.is_some()),
-            ("cpu-millicores", cpu_millicores.is_some()),
-            ("memory-mib", memory_mib.is_some()),
-            ("query-objects", query_objects.is_some()),
-            ("query-bytes", query_bytes.is_some()),
-            ("log-lines-per-second", log_lines_per_second.is_some()),
-            ("queue-capacity", queue_capacity.is_some()),
-            ("max-batch", max_batch.is_some()),
-            ("batch-window-ms", batch_window_ms.is_some()),
-            ("writes-per-second", writes_per_second.is_some()),
-            ("write-burst", write_burst.is_some()),
-            ("write-timeout-ms", write_timeout_ms.is_some()),
-            ("module-mib", module_mib.is_some()),
-            ("compile-timeout-ms", compile_timeout_ms.is_some()),
-            ("sync-timeout-ms", sync_timeout_ms.is_some()),
-            ("max-subscriptions", max_subscriptions.is_some()),
-            ("max-indexes", max_indexes.is_some()),
-            ("max-instances", max_instances.is_some()),
-            ("reads-per-second", reads_per_second.is_some()),
-            ("read-burst", read_burst.is_some()),
-            ("http-connect-timeout-ms", http_connect_timeout_ms.is_some()),
-            ("http-timeout-ms", http_timeout_ms.is_some()),
-            ("http-request-bytes", http_request_bytes.is_some()),
-            ("http-response-bytes", http_response_bytes.is_some()),
-            ("http-requests-per-second", http_requests_per_second.is_some()),
-            ("http-burst", http_burst.is_some()),
-            ("http-concurrent", http_concurrent.is_some()),
-        ];
         let FailuresFile {
             on_error,
             retries,
@@ -818,16 +553,86 @@ mod tests {
             ("restart-window-seconds", restart_window_seconds.is_some()),
         ];
         let missing: Vec<&str> = limits
-            .iter()
-            .chain(&failures)
+            .chain(failures)
             .filter(|(_, given)| !given)
-            .map(|(key, _)| *key)
+            .map(|(key, _)| key)
             .collect();
         assert!(missing.is_empty(), "docs/manifest.md's defaults lack {missing:?}");
         assert!(
             file.mode.is_some() && file.config.is_some(),
             "the defaults give mode and config"
         );
+    }
+
+    #[test]
+    fn the_manifest_reference_s_limits_table_gives_each_key_s_default_and_range() {
+        let page = reference();
+        let section = page
+            .split("\n## `[limits]`\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("the reference has a [limits] section");
+        // `| `key` | default | min–max | what |`
+        let documented: Vec<(&str, u64, RangeInclusive<u64>)> = section
+            .lines()
+            .filter(|line| line.starts_with("| `"))
+            .map(|line| {
+                let cells: Vec<&str> = line.split(" | ").collect();
+                let number = |text: &str| text.parse().unwrap_or_else(|_| panic!("{text:?} in {line:?}"));
+                let (min, max) = cells[2]
+                    .split_once('–')
+                    .unwrap_or_else(|| panic!("no min–max in {line:?}"));
+                let key = cells[0].trim_start_matches("| ").trim_matches('`');
+                (key, number(cells[1]), number(min)..=number(max))
+            })
+            .collect();
+        assert_eq!(
+            documented,
+            limits::KEYS,
+            "docs/manifest.md's [limits] table differs from the code's keys, defaults or ranges"
+        );
+    }
+
+    #[test]
+    fn every_limit_takes_its_bounds_and_refuses_a_value_past_them() {
+        let message = |text: &str| parse(text).unwrap_err().to_string();
+        for (key, _, range) in limits::KEYS {
+            let (min, max) = (*range.start(), *range.end());
+            for bound in [min, max] {
+                assert!(parse(&format!("[limits]\n{key} = {bound}")).is_ok(), "{key} = {bound}");
+            }
+            assert_eq!(
+                message(&format!("[limits]\n{key} = {}", max + 1)),
+                format!("p.toml: limits.{key} is {}: must be {min} to {max}", max + 1)
+            );
+            if min > 0 {
+                assert_eq!(
+                    message(&format!("[limits]\n{key} = {}", min - 1)),
+                    format!("p.toml: limits.{key} is {}: must be {min} to {max}", min - 1)
+                );
+            }
+        }
+        let keys: Vec<String> = limits::KEYS.iter().map(|(key, ..)| format!("`{key}`")).collect();
+        assert_eq!(
+            message("[limits]\nmemory-mb = 64"),
+            format!(
+                "p.toml: line 2, column 1: unknown field `memory-mb`, expected one of {}",
+                keys.join(", ")
+            )
+        );
+    }
+
+    #[test]
+    fn a_limit_set_in_the_manifest_s_unit_is_converted_to_the_field_s() {
+        let limits = parse("[limits]\ncall-timeout-ms = 250\nmemory-mib = 16\nmodule-mib = 2\nquery-bytes = 2048")
+            .unwrap()
+            .limits;
+        assert_eq!(limits.call_timeout, Duration::from_millis(250));
+        assert_eq!(limits.memory_bytes, 16 << 20);
+        assert_eq!(limits.module_bytes, 2 << 20);
+        assert_eq!(limits.query_bytes, 2048);
+        assert_eq!(Limits::default().memory_bytes, 64 << 20);
+        assert_eq!(Limits::default().call_timeout, Duration::from_secs(1));
     }
 
     #[test]

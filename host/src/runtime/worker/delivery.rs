@@ -310,7 +310,7 @@ impl<'a> CallError<'a> {
     fn of(error: &'a crate::plugin::Error) -> Self {
         match error {
             crate::plugin::Error::Plugin { message, .. } => Self::Rejected(message),
-            error => Self::Failed(super::error_text(error)),
+            error => Self::Failed(crate::runtime::error_text(error)),
         }
     }
 }
@@ -365,13 +365,6 @@ fn next_take(moment: &Moment, max_batch: usize, window: Duration) -> Take {
     Take::Ready {
         gather: (moment.after_call && !window.is_zero()).then_some(window),
     }
-}
-
-/// Points the status at the queues of `feeds`, which it reads when it is
-/// read (not at every batch, which would lock each queue once more).
-fn show_queues(status: &SharedStatus, feeds: &[Feed]) {
-    let queues = feeds.iter().map(|feed| feed.listener.probe()).collect();
-    update(status, |status| status.queues = queues);
 }
 
 /// The budget of a plugin's error lines in the host's log: error messages are
