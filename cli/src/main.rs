@@ -73,7 +73,8 @@ fn main() -> ExitCode {
     // `check`, and a replayed plugin's lines, which the replay prints itself).
     let mut filter = log_filter(&cli.log);
     if matches!(cli.command, Command::Replay { .. }) {
-        for directive in ["kinformer::plugin::log=off", "kinformer::audit=off"] {
+        let plugin_lines = format!("{}=off", kinformer::plugin::LOG_TARGET);
+        for directive in [plugin_lines.as_str(), "kinformer::audit=off"] {
             if let Ok(directive) = directive.parse() {
                 filter = filter.add_directive(directive);
             }

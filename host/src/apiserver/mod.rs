@@ -45,68 +45,80 @@ pub use reader::{Read, ReadRequest};
 pub use request::{DeleteOptions, EventType, ObjectRef, PatchType, Propagation, WriteRequest};
 pub use writer::Writer;
 
-/// Why a write was not done; the `write-error` a plugin sees.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WriteError {
-    /// Outside the plugin's write grant: nothing was sent.
-    #[error("denied: {0}")]
-    Denied(String),
-    /// The API server refused it (its RBAC: 401, 403).
-    #[error("forbidden: {0}")]
-    Forbidden(String),
-    /// A precondition failed: a stale resourceVersion or uid, an object that
-    /// exists already, fields another manager owns (409).
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// The object does not exist (404).
-    #[error("not found: {0}")]
-    NotFound(String),
-    /// The request was malformed, or the server rejected the object or patch
-    /// (400, 422): what is wrong.
-    #[error("invalid: {0}")]
-    Invalid(String),
-    /// Over the plugin's write rate, or the server asked to slow down (429).
-    #[error("throttled: {0}")]
-    Throttled(String),
-    /// The server could not be reached in time or failed (timeouts, 5xx).
-    #[error("unavailable: {0}")]
-    Unavailable(String),
-    /// The request or the object is too large (413, or the host's limit).
-    #[error("too large: {0}")]
-    TooLarge(String),
+/// Hands every kind of [`WriteError`] to the macro `$then`: the one list of
+/// the kinds on the host side. Each kind is its variant with its doc; its
+/// name in the plugin contract (`write-error`); and the `read-error` an
+/// uncached read that fails so reports (a read has no preconditions, and a
+/// type the server does not serve is a bad request). [`WriteError`], its
+/// `kind` and `message`, and the conversions into the contract's types are
+/// made from it, so none of them can miss a kind.
+macro_rules! write_error_kinds {
+    ($then:ident) => {
+        $then! {
+            /// Outside the plugin's write grant: nothing was sent.
+            Denied = "denied", read Denied;
+            /// The API server refused it (its RBAC: 401, 403).
+            Forbidden = "forbidden", read Forbidden;
+            /// A precondition failed: a stale resourceVersion or uid, an object that
+            /// exists already, fields another manager owns (409).
+            Conflict = "conflict", read Invalid;
+            /// The object does not exist (404).
+            NotFound = "not-found", read Invalid;
+            /// The request was malformed, or the server rejected the object or patch
+            /// (400, 422): what is wrong.
+            Invalid = "invalid", read Invalid;
+            /// Over the plugin's write rate, or the server asked to slow down (429).
+            Throttled = "throttled", read Throttled;
+            /// The server could not be reached in time or failed (timeouts, 5xx).
+            Unavailable = "unavailable", read Unavailable;
+            /// The request or the object is too large (413, or the host's limit).
+            TooLarge = "too-large", read TooLarge;
+        }
+    };
+}
+pub(crate) use write_error_kinds;
+
+/// Declares [`WriteError`] from [`write_error_kinds`].
+macro_rules! declare_write_error {
+    ($($(#[$doc:meta])* $variant:ident = $kind:literal, read $read:ident;)*) => {
+        /// Why a write (or an uncached read) was not done; the `write-error` a
+        /// plugin sees.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum WriteError {
+            $($(#[$doc])* $variant(String),)*
+        }
+
+        impl WriteError {
+            /// The kind of error as the contract names it: `denied`, `not-found`, ...
+            #[must_use]
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(Self::$variant(_) => $kind,)*
+                }
+            }
+
+            /// What went wrong, without the kind.
+            #[must_use]
+            pub fn message(&self) -> &str {
+                match self {
+                    $(Self::$variant(message))|* => message,
+                }
+            }
+        }
+    };
+}
+write_error_kinds!(declare_write_error);
+
+impl std::fmt::Display for WriteError {
+    /// The kind in words, then what went wrong: `not found: pods "web" not found`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind().replace('-', " "), self.message())
+    }
 }
 
+impl std::error::Error for WriteError {}
+
 impl WriteError {
-    /// The kind of error as the contract names it: `denied`, `not-found`, ...
-    #[must_use]
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Denied(_) => "denied",
-            Self::Forbidden(_) => "forbidden",
-            Self::Conflict(_) => "conflict",
-            Self::NotFound(_) => "not-found",
-            Self::Invalid(_) => "invalid",
-            Self::Throttled(_) => "throttled",
-            Self::Unavailable(_) => "unavailable",
-            Self::TooLarge(_) => "too-large",
-        }
-    }
-
-    /// What went wrong, without the kind.
-    #[must_use]
-    pub fn message(&self) -> &str {
-        match self {
-            Self::Denied(message)
-            | Self::Forbidden(message)
-            | Self::Conflict(message)
-            | Self::NotFound(message)
-            | Self::Invalid(message)
-            | Self::Throttled(message)
-            | Self::Unavailable(message)
-            | Self::TooLarge(message) => message,
-        }
-    }
-
     /// The error of a failed API call, by the server's status code; transport
     /// failures are [`WriteError::Unavailable`].
     #[must_use]

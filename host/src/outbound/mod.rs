@@ -456,7 +456,7 @@ impl WasiHttpHooks for Outbound {
 
 /// The most a plugin's request body buffers on the host per write: what a
 /// pending body holds before the guest must wait (see the memory budget in
-/// `plugin::host`).
+/// `plugin::limiter`).
 pub(crate) const OUTGOING_CHUNK_BYTES: usize = 64 * 1024;
 
 /// A request refused before anything was sent.

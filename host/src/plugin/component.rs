@@ -7,10 +7,11 @@ use wasmtime::component::InstancePre;
 use wasmtime::{CallHook, Store, UpdateDeadline};
 
 use super::epoch::{EpochClock, Running};
-use super::host::HostState;
 use super::instance::LiveInstance;
 use super::instance::{Exports, Handler};
-use super::{Error, PluginEngine, PluginInstance, PluginOptions, Result, controller_bindings};
+use super::interfaces::HostState;
+use super::v0_1::controller;
+use super::{Error, PluginEngine, PluginInstance, PluginOptions, Result};
 use crate::caches::Caches;
 
 /// A compiled and linked plugin, ready to instantiate any number of times.
@@ -35,7 +36,7 @@ pub(super) enum Pre {
     /// `plugin` or `writer`: `init` and `handle`, taking batches in `Layout`.
     Handler(InstancePre<HostState>, Layout),
     /// `controller`: `init` and `reconcile`.
-    Controller(controller_bindings::ControllerPre<HostState>),
+    Controller(controller::ControllerPre<HostState>),
 }
 
 impl std::fmt::Debug for PluginComponent {
@@ -91,7 +92,7 @@ impl PluginComponent {
             &self.linked.sealed
         };
         let mut store = Store::new(&self.engine.engine, state);
-        store.limiter(|state| &mut state.store_limits);
+        store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_callback(at_epoch_tick);
         store.call_hook(|mut store, hook| match hook {
             CallHook::ReturningFromHost => store.data_mut().after_host_call(),
@@ -138,7 +139,7 @@ pub(super) fn start_call<'c>(
     timeout: std::time::Duration,
 ) -> Running<'c> {
     let running = clock.enter();
-    store.data_mut().deadline.start_call(timeout);
+    store.data_mut().call.deadline.start_call(timeout);
     store.set_epoch_deadline(1);
     running
 }
@@ -150,9 +151,9 @@ fn at_epoch_tick(mut store: wasmtime::StoreContextMut<'_, HostState>) -> wasmtim
     let state = store.data_mut();
     if let Some(pause) = state.budget.tick(Instant::now(), thread_cpu_time()) {
         state.budget.sit_out(pause, thread_cpu_time);
-        state.deadline.waited(pause);
+        state.call.deadline.waited(pause);
     }
-    Ok(if state.deadline.remaining().is_zero() {
+    Ok(if state.call.deadline.remaining().is_zero() {
         UpdateDeadline::Interrupt
     } else {
         UpdateDeadline::Continue(1)

@@ -10,10 +10,8 @@ use wasmtime::{Config, Engine};
 
 use super::component::{Layout, Pre};
 use super::epoch::Ticker;
-use super::host::HostState;
-use super::{
-    Error, PluginComponent, Result, bindings, controller_bindings, digest, lean_bindings, lean_deltas, plugin_name,
-};
+use super::interfaces::{self, HostState};
+use super::{Error, PluginComponent, Result, digest, plugin_name, v0_1, v0_2};
 use kinformer_informers::Recover as _;
 
 /// The shared wasmtime engine: compiles components and drives call deadlines.
@@ -110,18 +108,7 @@ impl PluginEngine {
         let config = engine_config(options).map_err(Error::Engine)?;
         let engine = Engine::new(&config).map_err(Error::Engine)?;
 
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(Error::Engine)?;
-        // For a plugin whose manifest grants no HTTP, its functions are
-        // replaced by ones that trap (see `without_http`); for the others,
-        // each request is checked against the plugin's own allow-list.
-        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(Error::Engine)?;
-        super::wasi::bound_blocking(&mut linker).map_err(Error::Engine)?;
-        bindings::Writer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
-            .map_err(Error::Engine)?;
-        lean_deltas::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |state| state)
-            .map_err(Error::Engine)?;
-
+        let linker = linker(&engine).map_err(Error::Engine)?;
         let ticker = Ticker::start(&engine).map_err(|error| Error::Engine(error.into()))?;
         Ok(Self {
             engine,
@@ -275,7 +262,7 @@ impl PluginEngine {
             source,
         };
         let pre = world(self.linker.instantiate_pre(&component).map_err(link_error)?).map_err(link_error)?;
-        let sealed = without_http(&self.linker, &component, &self.engine)
+        let sealed = interfaces::http::sealed(&self.linker, &component, &self.engine)
             .and_then(|linker| linker.instantiate_pre(&component))
             .and_then(world)
             .map_err(link_error)?;
@@ -288,54 +275,34 @@ impl PluginEngine {
     }
 }
 
+/// One linker for every plugin: each interface of the contract, both
+/// versions side by side. A component of 0.1.0 imports the interfaces it
+/// knows; one of 0.2.0 `deltas` besides.
+fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    interfaces::wasi::add_to_linker(&mut linker)?;
+    // For a plugin whose manifest grants no HTTP, these functions are
+    // replaced by ones that trap (`http::sealed`); for the others, each
+    // request is checked against the plugin's own allow-list.
+    interfaces::http::add_to_linker(&mut linker)?;
+    interfaces::cache::add_to_linker(&mut linker)?;
+    interfaces::log::add_to_linker(&mut linker)?;
+    interfaces::writes::add_to_linker(&mut linker)?;
+    interfaces::reads::add_to_linker(&mut linker)?;
+    interfaces::deltas::add_to_linker(&mut linker)?;
+    Ok(linker)
+}
+
 /// Which world `pre` implements, from its exports: the newest handler world
 /// it matches, or the controller world.
 fn world(pre: wasmtime::component::InstancePre<HostState>) -> wasmtime::Result<Pre> {
-    if lean_bindings::WriterPre::new(pre.clone()).is_ok() {
+    if v0_2::WriterPre::new(pre.clone()).is_ok() {
         return Ok(Pre::Handler(pre, Layout::Lean));
     }
-    match bindings::WriterPre::new(pre.clone()) {
+    match v0_1::WriterPre::new(pre.clone()) {
         Ok(_) => Ok(Pre::Handler(pre, Layout::Records)),
-        Err(not_handler) => controller_bindings::ControllerPre::new(pre)
+        Err(not_handler) => v0_1::controller::ControllerPre::new(pre)
             .map(Pre::Controller)
             .map_err(|_| not_handler),
     }
-}
-
-/// `linker` with every `wasi:http` function `component` imports trapping:
-/// how a plugin whose manifest grants no HTTP is linked. A component may
-/// import `wasi:http` without using it (every JavaScript component does), so
-/// the imports are there; none of them does anything, so no plugin makes
-/// host-side HTTP state it was not granted.
-fn without_http(
-    linker: &Linker<HostState>,
-    component: &Component,
-    engine: &Engine,
-) -> wasmtime::Result<Linker<HostState>> {
-    use wasmtime::component::types::ComponentItem;
-    let mut sealed = linker.clone();
-    sealed.allow_shadowing(true);
-    for (name, item) in component.component_type().imports(engine) {
-        let ComponentItem::ComponentInstance(instance) = item.ty else {
-            continue;
-        };
-        let Some(interface) = name.strip_prefix("wasi:http/") else {
-            continue;
-        };
-        // The linker's own instance, which answers this import by semver.
-        let interface = interface.split('@').next().unwrap_or(interface);
-        let mut linked = sealed.instance(&format!("wasi:http/{interface}@{}", super::wasi::HTTP_VERSION))?;
-        for (function, item) in instance.exports(engine) {
-            if let ComponentItem::ComponentFunc(_) = item.ty {
-                let said = format!("{name}#{function}");
-                linked.func_new(function, move |_, _, _, _| {
-                    Err(wasmtime::format_err!(
-                        "{said}: outbound HTTP is not granted to this plugin ([grant.http] in its manifest)"
-                    ))
-                })?;
-            }
-        }
-    }
-    sealed.allow_shadowing(false);
-    Ok(sealed)
 }

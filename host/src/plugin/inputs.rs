@@ -16,8 +16,8 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::bindings::kinformer::plugin::api::ReadError;
-use super::bindings::kinformer::plugin::cache::{CacheError, ObjectList};
+use super::v0_1::kinformer::plugin::api::ReadError;
+use super::v0_1::kinformer::plugin::cache::{CacheError, ObjectList};
 use kinformer_informers::Recover as _;
 
 /// What an instance does with the inputs of the calls to come.

@@ -9,11 +9,12 @@ use kube::api::GroupVersionKind;
 use wasmtime::Store;
 use wasmtime::component::{ComponentType, InstancePre, Lower, TypedFunc};
 
-use super::bindings::kinformer::plugin::types as wit;
 use super::component::Layout;
 use super::epoch::EpochClock;
-use super::host::HostState;
-use super::{Error, LogLine, Result, controller_bindings};
+use super::interfaces::{HostState, from_wit_gvk};
+use super::v0_1::controller;
+use super::v0_1::kinformer::plugin::types as wit;
+use super::{Error, LogLine, Result};
 use crate::delta::{Delta, DeltaType};
 use crate::registration::{ControllerSpec, IndexSpec, KeyMapping, Registration, Subscription};
 
@@ -22,7 +23,7 @@ pub(super) enum Exports {
     /// `init` and `handle`.
     Handler(Handler),
     /// `init` and `reconcile`.
-    Controller(controller_bindings::Controller),
+    Controller(controller::Controller),
 }
 
 /// An instance of a plugin that handles deltas: `init`, and `handle`
@@ -117,10 +118,10 @@ impl Handler {
                         deltas: &self.entries,
                     };
                     // Emptied after every call, so its room is reused.
-                    (store.data_mut().old_objects).extend(run.iter().map(|delta| delta.old.clone()));
+                    (store.data_mut().deltas).hold(run.iter().map(|delta| delta.old.clone()));
                     let handle: TypedFunc<LeanParams<'_>, HandleResults> = handle;
                     let outcome = handle.call(&mut *store, (lean,));
-                    store.data_mut().old_objects.clear();
+                    store.data_mut().deltas.clear();
                     let (handled,) = outcome?;
                     if handled.is_err() {
                         return Ok(handled);
@@ -315,7 +316,7 @@ impl PluginInstance {
     /// it (as last measured).
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
-        self.store.data().store_limits.total()
+        self.store.data().limiter.total()
     }
 
     /// Log lines dropped by the rate limit so far.
@@ -460,7 +461,7 @@ impl PluginInstance {
     /// Shares the inputs of the calls to come (cache queries, uncached
     /// reads) with a shadow, or stops sharing them.
     pub fn share_inputs(&mut self, inputs: Option<super::SharedInputs>) {
-        self.store.data_mut().inputs = inputs;
+        self.store.data_mut().call.inputs = inputs;
     }
 
     /// The time the instance was paused for its CPU share since last asked.
@@ -500,10 +501,6 @@ impl PluginInstance {
             }
         }
     }
-}
-
-fn from_wit_gvk(gvk: wit::GroupVersionKind) -> GroupVersionKind {
-    GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind)
 }
 
 /// The answer to calling an export the world does not have; never reached,

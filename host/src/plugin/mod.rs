@@ -3,7 +3,10 @@
 //! A [`PluginEngine`] compiles `.wasm` files into [`PluginComponent`]s; a
 //! component is instantiated into a [`PluginInstance`] with its own wasmtime
 //! `Store`, bound to the host's [`Caches`](crate::caches::Caches) for its `cache` imports and to a
-//! [`crate::apiserver::Writer`] for its `cluster` imports. The instance
+//! [`crate::apiserver::Writer`] for its `cluster` imports: `interfaces` has
+//! one module per interface a plugin imports, each with its part of the
+//! store and its linker setup. The contract's bindings are named by version
+//! (`v0_1`, `v0_2`); a component of either is served. The instance
 //! runs `init` and `handle` under a time limit (epoch deadlines, not counting
 //! the time spent waiting for the API server), a share of CPU (paused at an
 //! epoch tick once its share of the window is spent, see `budget`) and a
@@ -26,23 +29,20 @@
 //! ```
 
 mod budget;
-mod cluster;
 mod compile;
 mod component;
 mod deadline;
 mod engine;
 mod epoch;
 pub mod file;
-mod host;
 mod inputs;
 mod instance;
+mod interfaces;
 mod limiter;
-mod log;
 mod memory;
 pub mod registration;
 pub mod text;
 mod trap;
-mod wasi;
 
 use std::path::{Path, PathBuf};
 
@@ -57,7 +57,7 @@ pub use engine::{EngineOptions, PluginEngine};
 pub(crate) use inputs::{Answer, http_query};
 pub use inputs::{CallInputs, HttpAnswer, RecordedHttp, SharedInputs};
 pub use instance::PluginInstance;
-pub use log::{LogLine, LogSink};
+pub use interfaces::log::{LOG_TARGET, LogLine, LogSink};
 
 /// The WIT world a plugin built with the SDKs implements, with its version.
 /// A component of the `writer` world (the same, importing `cluster` too) is
@@ -69,45 +69,43 @@ pub const WORLD_0_1: &str = "kinformer:plugin/plugin@0.1.0";
 /// The WIT world a controller implements, with its version.
 pub const CONTROLLER_WORLD: &str = "kinformer:plugin/controller@0.1.0";
 
-/// The `writer` world: `plugin`'s exports, every host interface imported. The
-/// linker provides them all, so components of the `plugin` world link too.
-mod bindings {
+/// Version 0.1.0 of the contract: the `writer` world (the `plugin` world's
+/// exports, every host interface imported; the linker provides them all, so
+/// components of the `plugin` world link too), and the `controller` world.
+mod v0_1 {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "writer",
     });
+
+    /// The `controller` world, sharing the interfaces bound above.
+    pub(crate) mod controller {
+        wasmtime::component::bindgen!({
+            path: "../wit",
+            world: "controller",
+            with: {
+                "kinformer:plugin/types": super::kinformer::plugin::types,
+                "kinformer:plugin/cache": super::kinformer::plugin::cache,
+                "kinformer:plugin/log": super::kinformer::plugin::log,
+                "kinformer:plugin/cluster": super::kinformer::plugin::cluster,
+                "kinformer:plugin/api": super::kinformer::plugin::api,
+            },
+        });
+    }
 }
 
-/// The `writer` world of version 0.2.0: the interfaces bound above, and the
-/// lean batch layout.
-mod lean_bindings {
+/// Version 0.2.0 of the contract: the `writer` world with the lean batch
+/// layout and the `deltas` interface; the interfaces of 0.1.0 are shared.
+mod v0_2 {
     wasmtime::component::bindgen!({
         path: ["../wit/kinformer.wit", "../wit/0.2.0/kinformer.wit"],
         world: "kinformer:plugin/writer@0.2.0",
         with: {
-            "kinformer:plugin/types@0.1.0": super::bindings::kinformer::plugin::types,
-            "kinformer:plugin/cache@0.1.0": super::bindings::kinformer::plugin::cache,
-            "kinformer:plugin/log@0.1.0": super::bindings::kinformer::plugin::log,
-            "kinformer:plugin/cluster@0.1.0": super::bindings::kinformer::plugin::cluster,
-            "kinformer:plugin/api@0.1.0": super::bindings::kinformer::plugin::api,
-        },
-    });
-}
-
-/// The interface a 0.2.0 plugin asks for old objects through.
-use lean_bindings::kinformer::plugin0_2_0::deltas as lean_deltas;
-
-/// The `controller` world, sharing the interfaces bound above.
-mod controller_bindings {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "controller",
-        with: {
-            "kinformer:plugin/types": super::bindings::kinformer::plugin::types,
-            "kinformer:plugin/cache": super::bindings::kinformer::plugin::cache,
-            "kinformer:plugin/log": super::bindings::kinformer::plugin::log,
-            "kinformer:plugin/cluster": super::bindings::kinformer::plugin::cluster,
-            "kinformer:plugin/api": super::bindings::kinformer::plugin::api,
+            "kinformer:plugin/types@0.1.0": super::v0_1::kinformer::plugin::types,
+            "kinformer:plugin/cache@0.1.0": super::v0_1::kinformer::plugin::cache,
+            "kinformer:plugin/log@0.1.0": super::v0_1::kinformer::plugin::log,
+            "kinformer:plugin/cluster@0.1.0": super::v0_1::kinformer::plugin::cluster,
+            "kinformer:plugin/api@0.1.0": super::v0_1::kinformer::plugin::api,
         },
     });
 }

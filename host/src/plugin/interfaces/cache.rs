@@ -1,114 +1,59 @@
-//! The data of a plugin's store, and the host functions it serves: `cache`
-//! queries and `log` (`cluster` writes are in the `cluster` module, outbound
-//! HTTP in [`crate::outbound`]).
-//!
-//! Every argument comes from untrusted guest code: lengths, keys, selectors and
-//! index names are validated and bounded, and a bad one is an error value for the
-//! plugin, never a host panic.
-
-use std::sync::Arc;
+//! The `cache` interface: a plugin's queries of the host's caches, within
+//! its read grant and bounded by its query limits (and `types`, which only
+//! declares types).
 
 use kube::api::GroupVersionKind;
-use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime::component::Linker;
 
-use super::bindings::kinformer::plugin::{cache, log, types};
-use super::budget::CpuBudget;
-use super::deadline::DeadlineCredit;
-use super::inputs::{Answer, SharedInputs};
-use super::lean_deltas;
-use super::limiter::{Limiter, MAX_RESOURCES};
-use super::log::PluginLog;
-use crate::apiserver::Writer;
+use super::{HostState, View, Viewed};
 use crate::caches::Caches;
 use crate::grant::Grant;
 use crate::index::IndexError;
 use crate::indexer::{Indexer, Listing};
 use crate::limits::Limits;
-use crate::object::CachedObject;
-use crate::outbound::{AddressPolicy, HttpGrant, Outbound};
+use crate::plugin::inputs::Answer;
+use crate::plugin::v0_1::kinformer::plugin::{cache, types};
 use crate::selector::Selector;
-
-use super::PluginOptions;
 
 /// The longest key, namespace, index name or value a plugin may pass.
 const MAX_ARGUMENT_LEN: usize = 512;
 /// The longest label selector a plugin may pass.
 const MAX_SELECTOR_LEN: usize = 4096;
-/// The most bytes one set of header fields a plugin builds may hold.
-const FIELDS_BYTES: usize = 64 * 1024;
-/// The data of one plugin's store.
-pub(crate) struct HostState {
+
+/// What a plugin's cache queries read, and how much they may answer.
+pub(crate) struct Cache {
+    /// The plugin's name, for the queries' spans.
     name: String,
     caches: Caches,
     grant: Grant,
-    limits: Limits,
-    pub(crate) log: PluginLog,
-    /// Where its writes go; `None` denies them all.
-    pub(super) writer: Option<Writer>,
-    /// The current call's deadline, with the time it waited given back.
-    pub(super) deadline: DeadlineCredit,
-    /// The plugin's share of CPU.
-    pub(super) budget: CpuBudget,
-    wasi: WasiCtx,
-    table: ResourceTable,
-    http: WasiHttpCtx,
-    /// Where its outbound requests go.
-    outbound: Outbound,
-    /// Its memory, against `limits.memory-mib`.
-    pub(crate) store_limits: Limiter,
-    /// Set when a WASI or `wasi:http` host function was handed the resource
-    /// table: what it holds is measured when the call returns.
-    resources_touched: bool,
-    /// The current call's inputs, when they are shared with a shadow.
-    pub(crate) inputs: Option<SharedInputs>,
-    /// The old objects of the 0.2.0 batch being handled, by index.
-    pub(super) old_objects: Vec<Option<Arc<CachedObject>>>,
+    /// `limits.query-objects`.
+    query_objects: usize,
+    /// `limits.query-bytes`.
+    query_bytes: usize,
 }
 
-impl HostState {
-    pub(crate) fn new(name: String, caches: Caches, options: PluginOptions) -> Self {
-        let PluginOptions {
-            limits,
-            grant,
-            log_sink,
-            writer,
-            outbound,
-            env,
-        } = options;
-        let log = PluginLog::new(&name, limits.log_lines_per_second, log_sink);
-        // A minimal WASI: clocks and random, the environment the manifest
-        // gives; no files or sockets; what the plugin prints goes to its log.
-        let wasi = WasiCtxBuilder::new()
-            .stdout(log.output(tracing::Level::INFO))
-            .stderr(log.output(tracing::Level::WARN))
-            .envs(&env)
-            .build();
-        let outbound = outbound
-            .unwrap_or_else(|| Outbound::new(&name, HttpGrant::default(), AddressPolicy::default(), &limits, None));
-        let mut table = ResourceTable::new();
-        table.set_max_capacity(MAX_RESOURCES);
-        let mut http = WasiHttpCtx::new();
-        // Header fields a plugin builds stay well inside its budget, one by one.
-        http.set_field_size_limit(FIELDS_BYTES);
+/// The store's `cache` part, with the call, for the host functions.
+fn view(state: &mut HostState) -> View<'_, Cache> {
+    View {
+        state: &mut state.cache,
+        call: &mut state.call,
+    }
+}
+
+/// Adds `types` and `cache` to the linker.
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    types::add_to_linker::<_, Viewed<Cache>>(linker, view)?;
+    cache::add_to_linker::<_, Viewed<Cache>>(linker, view)
+}
+
+impl Cache {
+    pub(crate) fn new(name: String, caches: Caches, grant: Grant, limits: &Limits) -> Self {
         Self {
             name,
             caches,
             grant,
-            limits,
-            log,
-            writer,
-            deadline: DeadlineCredit::default(),
-            budget: CpuBudget::new(limits.cpu_millicores),
-            wasi,
-            table,
-            http,
-            outbound,
-            store_limits: Limiter::new(limits.memory_bytes),
-            resources_touched: false,
-            inputs: None,
-            old_objects: Vec::new(),
+            query_objects: limits.query_objects,
+            query_bytes: limits.query_bytes,
         }
     }
 
@@ -149,8 +94,8 @@ impl HostState {
     /// The effective object limit: the plugin's, capped by the host's.
     fn object_limit(&self, requested: u32) -> usize {
         match requested {
-            0 => self.limits.query_objects,
-            n => (n as usize).min(self.limits.query_objects),
+            0 => self.query_objects,
+            n => (n as usize).min(self.query_objects),
         }
     }
 
@@ -161,7 +106,7 @@ impl HostState {
         let mut truncated = listing.truncated;
         for object in listing.objects {
             bytes += object.json().len();
-            if bytes > self.limits.query_bytes {
+            if bytes > self.query_bytes {
                 truncated = true;
                 break;
             }
@@ -188,64 +133,12 @@ fn index_error(error: IndexError) -> cache::CacheError {
     }
 }
 
-impl HostState {
-    /// The store's resource table (WASI's streams and pollables).
-    pub(super) fn table(&mut self) -> &mut ResourceTable {
-        self.resources_touched = true;
-        &mut self.table
-    }
+impl types::Host for View<'_, Cache> {}
 
-    /// After every host call: when it may have made resources, measures
-    /// them against the memory budget; over it, the call traps.
-    pub(super) fn after_host_call(&mut self) -> wasmtime::Result<()> {
-        if !std::mem::take(&mut self.resources_touched) {
-            return Ok(());
-        }
-        self.store_limits.measure(&mut self.table)
-    }
-
-    /// True when the plugin's manifest grants outbound HTTP.
-    pub(super) fn http_granted(&self) -> bool {
-        self.outbound.is_granted()
-    }
-}
-
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        self.resources_touched = true;
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl WasiHttpView for HostState {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        // A request sent now may not outlast the call it is sent in.
-        self.outbound.set_call(self.deadline.remaining(), self.inputs.as_ref());
-        self.resources_touched = true;
-        WasiHttpCtxView {
-            hooks: &mut self.outbound,
-            table: &mut self.table,
-            ctx: &mut self.http,
-        }
-    }
-}
-
-impl types::Host for HostState {}
-
-impl lean_deltas::Host for HostState {
-    fn old_object(&mut self, index: u32) -> Option<String> {
-        let old = self.old_objects.get(usize::try_from(index).ok()?)?;
-        old.as_ref().map(|old| old.json().to_owned())
-    }
-}
-
-impl cache::Host for HostState {
+impl cache::Host for View<'_, Cache> {
     fn get(&mut self, gvk: types::GroupVersionKind, key: String) -> Result<Option<String>, cache::CacheError> {
         let query = format!("get {}/{}/{} {key}", gvk.group, gvk.version, gvk.kind);
-        self.shared(query, Answer::Object, Answer::object, |this| this.cache_get(gvk, key))
+        self.shared(query, Answer::Object, Answer::object, |this| this.state.get(&gvk, &key))
     }
 
     fn list_objects(
@@ -258,7 +151,7 @@ impl cache::Host for HostState {
             gvk.group, gvk.version, gvk.kind, query.namespace, query.label_selector, query.limit
         );
         self.shared(asked, Answer::Objects, Answer::objects, |this| {
-            this.cache_list(gvk, query)
+            this.state.list(&gvk, &query)
         })
     }
 
@@ -274,67 +167,38 @@ impl cache::Host for HostState {
             gvk.group, gvk.version, gvk.kind
         );
         self.shared(query, Answer::Objects, Answer::objects, |this| {
-            this.cache_by_index(gvk, index, value, limit)
+            this.state.by_index(&gvk, &index, &value, limit)
         })
     }
 
     fn index_values(&mut self, gvk: types::GroupVersionKind, index: String) -> Result<Vec<String>, cache::CacheError> {
         let query = format!("index-values {}/{}/{} {index:?}", gvk.group, gvk.version, gvk.kind);
         self.shared(query, Answer::Values, Answer::values, |this| {
-            this.cache_index_values(gvk, index)
+            this.state.index_values(&gvk, &index)
         })
     }
 }
 
-impl HostState {
-    /// Answers a host call that reads: as `read` does, unless the call's
-    /// inputs are shared with a shadow ([`SharedInputs`]): then the running
-    /// version records the answer, and the shadow is answered the running
-    /// version's for the same query (the wait is given back to its deadline).
-    pub(super) fn shared<T: Clone>(
-        &mut self,
-        query: String,
-        wrap: fn(T) -> Answer,
-        unwrap: fn(Answer) -> Option<T>,
-        read: impl FnOnce(&mut Self) -> T,
-    ) -> T {
-        match self.inputs.clone() {
-            None => read(self),
-            Some(SharedInputs::Record(call)) => {
-                let answer = read(self);
-                call.record(query, wrap(answer.clone()));
-                answer
-            }
-            Some(SharedInputs::Replay(call)) => {
-                let started = std::time::Instant::now();
-                let found = call.answer(&query, self.limits.call_timeout);
-                self.deadline.waited(started.elapsed());
-                found.and_then(unwrap).unwrap_or_else(|| read(self))
-            }
-        }
-    }
-}
-
 /// The cache queries, as the plugin's calls of `cache` reach them (through
-/// [`HostState::shared`]).
-impl HostState {
-    fn cache_get(&mut self, gvk: types::GroupVersionKind, key: String) -> Result<Option<String>, cache::CacheError> {
-        check_argument("key", &key)?;
+/// [`View::shared`]).
+impl Cache {
+    fn get(&self, gvk: &types::GroupVersionKind, key: &str) -> Result<Option<String>, cache::CacheError> {
+        check_argument("key", key)?;
         if key.is_empty() {
             return Err(cache::CacheError::InvalidArgument("empty key".into()));
         }
         if let Some((namespace, _)) = key.split_once('/') {
             self.check_namespace(namespace)?;
         }
-        let indexer = self.indexer(&gvk)?;
+        let indexer = self.indexer(gvk)?;
         let _span = tracing::trace_span!("cache.get", plugin = %self.name, key = %key).entered();
-        Ok(indexer.get(&key).map(|object| object.json().to_string()))
+        Ok(indexer.get(key).map(|object| object.json().to_string()))
     }
 
-    fn cache_list(
-        &mut self,
-        gvk: types::GroupVersionKind,
-        query: cache::ListQuery,
+    fn list(
+        &self,
+        gvk: &types::GroupVersionKind,
+        query: &cache::ListQuery,
     ) -> Result<cache::ObjectList, cache::CacheError> {
         if let Some(namespace) = &query.namespace {
             check_argument("namespace", namespace)?;
@@ -352,50 +216,31 @@ impl HostState {
             }
             None => Selector::default(),
         };
-        let indexer = self.indexer(&gvk)?;
+        let indexer = self.indexer(gvk)?;
         let listing = indexer.list(query.namespace.as_deref(), &selector, self.object_limit(query.limit));
         Ok(self.to_object_list(listing))
     }
 
-    fn cache_by_index(
-        &mut self,
-        gvk: types::GroupVersionKind,
-        index: String,
-        value: String,
+    fn by_index(
+        &self,
+        gvk: &types::GroupVersionKind,
+        index: &str,
+        value: &str,
         limit: u32,
     ) -> Result<cache::ObjectList, cache::CacheError> {
-        check_argument("index", &index)?;
-        check_argument("value", &value)?;
-        let indexer = self.indexer(&gvk)?;
+        check_argument("index", index)?;
+        check_argument("value", value)?;
+        let indexer = self.indexer(gvk)?;
         let listing = indexer
-            .by_index(&index, &value, self.object_limit(limit))
+            .by_index(index, value, self.object_limit(limit))
             .map_err(index_error)?;
         Ok(self.to_object_list(listing))
     }
 
-    fn cache_index_values(
-        &mut self,
-        gvk: types::GroupVersionKind,
-        index: String,
-    ) -> Result<Vec<String>, cache::CacheError> {
-        check_argument("index", &index)?;
-        let indexer = self.indexer(&gvk)?;
-        indexer
-            .index_values(&index, self.limits.query_objects)
-            .map_err(index_error)
-    }
-}
-
-impl log::Host for HostState {
-    fn log(&mut self, level: log::Level, message: String) {
-        let level = match level {
-            log::Level::Trace => tracing::Level::TRACE,
-            log::Level::Debug => tracing::Level::DEBUG,
-            log::Level::Info => tracing::Level::INFO,
-            log::Level::Warn => tracing::Level::WARN,
-            log::Level::Error => tracing::Level::ERROR,
-        };
-        self.log.write(level, &message);
+    fn index_values(&self, gvk: &types::GroupVersionKind, index: &str) -> Result<Vec<String>, cache::CacheError> {
+        check_argument("index", index)?;
+        let indexer = self.indexer(gvk)?;
+        indexer.index_values(index, self.query_objects).map_err(index_error)
     }
 }
 
@@ -406,6 +251,7 @@ mod tests {
 
     use crate::indexer::indexer;
     use crate::object::CachedObject;
+    use crate::plugin::PluginOptions;
     use cache::Host as _;
 
     fn pods() -> types::GroupVersionKind {
@@ -438,7 +284,8 @@ mod tests {
 
     #[test]
     fn nonsense_arguments_are_error_values() {
-        let mut state = state(1, Limits::default());
+        let mut store = state(1, Limits::default());
+        let mut state = view(&mut store);
         fn invalid<T>(result: Result<T, cache::CacheError>) -> bool {
             matches!(result, Err(cache::CacheError::InvalidArgument(_)))
         }
@@ -474,7 +321,8 @@ mod tests {
             query_bytes: 1000,
             ..Limits::default()
         };
-        let mut state = state(50, limits);
+        let mut store = state(50, limits);
+        let mut state = view(&mut store);
         let capped = state.list_objects(pods(), query(Some("app=web"), 0)).unwrap();
         assert_eq!((capped.objects.len(), capped.truncated), (10, true));
         let asked = state.list_objects(pods(), query(None, 3)).unwrap();
@@ -482,7 +330,7 @@ mod tests {
         assert_eq!(state.index_values(pods(), "label:app".into()).unwrap(), ["web"]);
 
         let one_object_bytes = capped.objects[0].len();
-        let mut small = self::state(
+        let mut small_store = self::state(
             50,
             Limits {
                 query_objects: 100,
@@ -490,7 +338,9 @@ mod tests {
                 ..Limits::default()
             },
         );
-        let by_bytes = small.by_index(pods(), "namespace".into(), "a".into(), 0).unwrap();
+        let by_bytes = view(&mut small_store)
+            .by_index(pods(), "namespace".into(), "a".into(), 0)
+            .unwrap();
         assert_eq!((by_bytes.objects.len(), by_bytes.truncated), (4, true));
     }
 
@@ -505,7 +355,8 @@ mod tests {
         let caches = Caches::new();
         caches.insert(GroupVersionKind::gvk("", "v1", "Pod"), reader);
         let grant = Grant::new(["v1/Pod"], ["a"]).unwrap();
-        let mut state = HostState::new("test".into(), caches, PluginOptions::default().grant(grant));
+        let mut store = HostState::new("test".into(), caches, PluginOptions::default().grant(grant));
+        let mut state = view(&mut store);
         fn denied<T>(result: Result<T, cache::CacheError>) -> bool {
             matches!(result, Err(cache::CacheError::Denied(_)))
         }

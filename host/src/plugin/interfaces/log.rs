@@ -1,11 +1,20 @@
-//! A plugin's log: its `log` import and what it prints to stdout and stderr,
-//! sanitised, rate-limited and sent to `tracing` with the plugin's name.
+//! The `log` interface: a plugin's log lines and what it prints to stdout
+//! and stderr, sanitised, rate-limited and sent to `tracing` with the
+//! plugin's name.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use wasmtime::component::{HasSelf, Linker};
+
+use super::HostState;
+use crate::plugin::v0_1::kinformer::plugin::log;
 use crate::rate::TokenBucket;
 use kinformer_informers::Recover as _;
+
+/// The `tracing` target of every line a plugin logs: filter on it to
+/// silence plugins (`kinformer::plugin::log=off`) or to keep only them.
+pub const LOG_TARGET: &str = "kinformer::plugin::log";
 
 /// The longest log line kept; longer lines are cut.
 const MAX_LOG_LINE_LEN: usize = 4096;
@@ -104,11 +113,11 @@ impl PluginLog {
         let message = crate::text::sanitize(message, MAX_LOG_LINE_LEN);
         let plugin = &*self.name;
         match level {
-            tracing::Level::TRACE => tracing::trace!(plugin, "{message}"),
-            tracing::Level::DEBUG => tracing::debug!(plugin, "{message}"),
-            tracing::Level::INFO => tracing::info!(plugin, "{message}"),
-            tracing::Level::WARN => tracing::warn!(plugin, "{message}"),
-            tracing::Level::ERROR => tracing::error!(plugin, "{message}"),
+            tracing::Level::TRACE => tracing::trace!(target: LOG_TARGET, plugin, "{message}"),
+            tracing::Level::DEBUG => tracing::debug!(target: LOG_TARGET, plugin, "{message}"),
+            tracing::Level::INFO => tracing::info!(target: LOG_TARGET, plugin, "{message}"),
+            tracing::Level::WARN => tracing::warn!(target: LOG_TARGET, plugin, "{message}"),
+            tracing::Level::ERROR => tracing::error!(target: LOG_TARGET, plugin, "{message}"),
         }
         let line = LogLine { level, message };
         if let Some(sink) = &self.sink {
@@ -128,6 +137,24 @@ impl PluginLog {
             level,
             partial: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+}
+
+/// Adds `log` to the linker.
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    log::add_to_linker::<_, HasSelf<PluginLog>>(linker, |state| &mut state.log)
+}
+
+impl log::Host for PluginLog {
+    fn log(&mut self, level: log::Level, message: String) {
+        let level = match level {
+            log::Level::Trace => tracing::Level::TRACE,
+            log::Level::Debug => tracing::Level::DEBUG,
+            log::Level::Info => tracing::Level::INFO,
+            log::Level::Warn => tracing::Level::WARN,
+            log::Level::Error => tracing::Level::ERROR,
+        };
+        self.write(level, &message);
     }
 }
 
