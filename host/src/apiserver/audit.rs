@@ -101,29 +101,18 @@ impl Writer {
             dry_run: inner.dry_run,
             body: audited.body,
         };
-        match &record.message {
-            None => tracing::info!(
-                target: "kinformer::audit",
-                plugin = %inner.plugin,
-                verb = record.verb,
-                resource = %record.resource,
-                key = %record.key,
-                outcome = record.outcome,
-                dry_run = record.dry_run,
-                "write"
-            ),
-            Some(message) => tracing::info!(
-                target: "kinformer::audit",
-                plugin = %inner.plugin,
-                verb = record.verb,
-                resource = %record.resource,
-                key = %record.key,
-                outcome = record.outcome,
-                dry_run = record.dry_run,
-                error = %message,
-                "write"
-            ),
-        }
+        // An absent error is no field at all, not an empty one.
+        tracing::info!(
+            target: "kinformer::audit",
+            plugin = %inner.plugin,
+            verb = record.verb,
+            resource = %record.resource,
+            key = %record.key,
+            outcome = record.outcome,
+            dry_run = record.dry_run,
+            error = record.message.as_deref(),
+            "write"
+        );
         if let Some(observer) = &inner.observer {
             observer(&record);
         }

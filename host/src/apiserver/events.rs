@@ -286,13 +286,8 @@ impl Writer {
         let key = match EventKey::new(regarding.clone(), event_type, reason, action, note) {
             Ok(key) => key,
             Err(error) => {
-                let audited = Audited {
-                    verb: "create",
-                    resource: "events.k8s.io/v1/Event".into(),
-                    key: cut(&regarding.key(), 80).to_owned(),
-                    body: None,
-                };
-                return self.audit(audited, Err(error));
+                let key = cut(&regarding.key(), 80).to_owned();
+                return self.event_refused("events.k8s.io/v1/Event".into(), key, error);
             }
         };
         let namespace = key.namespace().to_owned();
@@ -302,13 +297,7 @@ impl Writer {
             "",
         );
         if let Err(error) = self.admit(Verb::Create, &events) {
-            let audited = Audited {
-                verb: "create",
-                resource: events.resource(),
-                key: format!("{namespace}/"),
-                body: None,
-            };
-            return self.audit(audited, Err(error));
+            return self.event_refused(events.resource(), format!("{namespace}/"), error);
         }
         let started = Instant::now();
         let step = self.events().step(&key, started);
@@ -319,13 +308,7 @@ impl Writer {
                     key.regarding.key(),
                     SPAM_REFILL.as_secs() / 60
                 ));
-                let audited = Audited {
-                    verb: "create",
-                    resource: events.resource(),
-                    key: format!("{namespace}/"),
-                    body: None,
-                };
-                return self.audit(audited, Err(error));
+                return self.event_refused(events.resource(), format!("{namespace}/"), error);
             }
             EventStep::Create => (None, 1),
             EventStep::Bump { name, count } => (Some(name), count),
@@ -337,7 +320,7 @@ impl Writer {
             let patch = series_patch(count, now);
             let prepared = Prepared {
                 verb: Verb::Patch,
-                target: target.clone(),
+                target,
                 force: false,
                 text: Some(patch.to_string()),
                 body: Body::Merge(patch),
@@ -349,13 +332,7 @@ impl Writer {
                     if result.is_ok() {
                         self.events().bumped(&key, count, started);
                     }
-                    let audited = Audited {
-                        verb: "patch",
-                        resource: target.resource(),
-                        key: target.key(),
-                        body: self.kept(prepared.text.as_deref()),
-                    };
-                    return self.audit(audited, result.map(|_| ()));
+                    return self.audit(self.audited(&prepared), result.map(|_| ()));
                 }
             }
         }
@@ -380,13 +357,18 @@ impl Writer {
         if result.is_ok() && !self.inner.dry_run {
             self.events().created(&key, &target.name, started);
         }
+        self.audit(self.audited(&prepared), result.map(|_| ()))
+    }
+
+    /// An Event refused before anything was sent, audited as a create.
+    fn event_refused(&self, resource: String, key: String, error: WriteError) -> Result<(), WriteError> {
         let audited = Audited {
             verb: "create",
-            resource: target.resource(),
-            key: target.key(),
-            body: self.kept(prepared.text.as_deref()),
+            resource,
+            key,
+            body: None,
         };
-        self.audit(audited, result.map(|_| ()))
+        self.audit(audited, Err(error))
     }
 
     /// [`Writer::record_event`], waiting on the runtime: for a thread that is

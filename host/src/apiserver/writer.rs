@@ -144,12 +144,7 @@ impl Writer {
                 return self.audit(audited, Err(error));
             }
         };
-        let audited = Audited {
-            verb: verb.as_str(),
-            resource: prepared.target.resource(),
-            key: prepared.target.key(),
-            body: self.kept(prepared.text.as_deref()),
-        };
+        let audited = self.audited(&prepared);
         let result = match self.admit(verb, &prepared.target) {
             Ok(()) => self.timed(self.send(&prepared)).await,
             Err(error) => Err(error),
@@ -175,6 +170,16 @@ impl Writer {
     /// The body as the write's record keeps it.
     pub(super) fn kept(&self, text: Option<&str>) -> Option<String> {
         self.inner.cluster.kept(text)
+    }
+
+    /// The record of a prepared write, before it is sent.
+    pub(super) fn audited(&self, prepared: &Prepared) -> Audited {
+        Audited {
+            verb: prepared.verb.as_str(),
+            resource: prepared.target.resource(),
+            key: prepared.target.key(),
+            body: self.kept(prepared.text.as_deref()),
+        }
     }
 
     /// `send` under the plugin's write timeout.
