@@ -83,7 +83,7 @@ use kinformer::informers::Recover as _;
 
 /// How a replay ended.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Replayed {
     /// Deltas handed to the plugin (for a controller: that it subscribed to).
     pub delivered: u64,
     /// Keys a controller reconciled.
@@ -100,7 +100,7 @@ pub struct Outcome {
     pub calls: Vec<(String, Vec<WriteRecord>)>,
 }
 
-impl Outcome {
+impl Replayed {
     /// The replay's last line: what was handed over, what the grant hid, and
     /// how the calls went.
     #[must_use]
@@ -237,7 +237,7 @@ pub fn replay(
     config: Option<&str>,
     engine: &PluginEngine,
     out: &mut impl Write,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Replayed> {
     let setup = Setup {
         config: config.map(str::to_owned),
         ..Setup::default()
@@ -315,7 +315,7 @@ pub fn replay_with(
     setup: &Setup,
     engine: &PluginEngine,
     out: &mut impl Write,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Replayed> {
     let manifest = Manifest::for_plugin(plugin)?;
     let config = setup.config.as_deref().unwrap_or(&manifest.config);
     let bytes = crate::check::read_plugin(plugin, &manifest)?;
@@ -431,7 +431,7 @@ pub fn replay_with(
         instance,
         printed: Arc::clone(&printed),
         call_writes,
-        outcome: Outcome::default(),
+        outcome: Replayed::default(),
     };
     for recorded in recording {
         if !recorded.initial {
@@ -517,7 +517,7 @@ struct Run {
     printed: Lines,
     /// The writes of the call being made.
     call_writes: Arc<Mutex<Vec<WriteRecord>>>,
-    outcome: Outcome,
+    outcome: Replayed,
 }
 
 impl Run {
@@ -608,7 +608,7 @@ impl Compared {
 /// call of the first is paired with the same call (same delta, same key) of
 /// the second, in order; a call only one of them made compares with none.
 #[must_use]
-pub fn compare(first: &Outcome, second: &Outcome) -> Compared {
+pub fn compare(first: &Replayed, second: &Replayed) -> Compared {
     let mut others: std::collections::BTreeMap<&str, std::collections::VecDeque<&[WriteRecord]>> =
         std::collections::BTreeMap::new();
     for (what, writes) in &second.calls {

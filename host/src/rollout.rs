@@ -106,7 +106,7 @@ pub fn next_owns(key: &str, percent: u8) -> bool {
 /// How the two versions' writes for one input compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Outcome {
+pub enum Verdict {
     /// The same writes (ignoring resourceVersions, timestamps and
     /// managedFields), or none from either.
     Same,
@@ -120,7 +120,7 @@ pub enum Outcome {
     Differs,
 }
 
-impl Outcome {
+impl Verdict {
     /// Its name in metrics and the status.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -139,7 +139,7 @@ pub struct Difference {
     /// `verb resource key`.
     pub target: String,
     /// How they differ.
-    pub outcome: Outcome,
+    pub outcome: Verdict,
     /// A compact diff, `path: running → next; ...`, when both wrote.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
@@ -160,7 +160,7 @@ impl std::fmt::Display for Difference {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Comparison {
     /// `Same` when every target is.
-    pub outcome: Option<Outcome>,
+    pub outcome: Option<Verdict>,
     /// The targets that differ, in target order.
     pub differences: Vec<Difference>,
 }
@@ -168,8 +168,8 @@ pub struct Comparison {
 impl Comparison {
     /// The outcome, `Same` when neither wrote.
     #[must_use]
-    pub fn outcome(&self) -> Outcome {
-        self.outcome.unwrap_or(Outcome::Same)
+    pub fn outcome(&self) -> Verdict {
+        self.outcome.unwrap_or(Verdict::Same)
     }
 }
 
@@ -210,23 +210,23 @@ pub fn compare(running: &[WriteRecord], next: &[WriteRecord]) -> Comparison {
     for (target, (running, next)) in targets {
         let event = target.starts_with(EVENT);
         let mut outcome = match (running.is_empty(), next.is_empty()) {
-            (false, true) => Outcome::OnlyRunning,
-            (true, false) => Outcome::OnlyShadow,
-            _ if running == next => Outcome::Same,
-            _ => Outcome::Differs,
+            (false, true) => Verdict::OnlyRunning,
+            (true, false) => Verdict::OnlyShadow,
+            _ if running == next => Verdict::Same,
+            _ => Verdict::Differs,
         };
         let repeated = match outcome {
-            Outcome::OnlyRunning => Some(1),
-            Outcome::OnlyShadow => Some(0),
+            Verdict::OnlyRunning => Some(1),
+            Verdict::OnlyShadow => Some(0),
             _ => None,
         };
         if let Some(side) = repeated.filter(|side| event && repeats[*side] > 0) {
             repeats[side] -= 1;
-            outcome = Outcome::Same;
+            outcome = Verdict::Same;
         }
         comparison.outcome = comparison.outcome.max(Some(outcome));
-        if outcome != Outcome::Same {
-            let diff = (outcome == Outcome::Differs).then(|| {
+        if outcome != Verdict::Same {
+            let diff = (outcome == Verdict::Differs).then(|| {
                 let (running, next) = (Value::Array(running), Value::Array(next));
                 let (running, next) = match (running.as_array(), next.as_array()) {
                     (Some(r), Some(n)) if r.len() == 1 && n.len() == 1 => (r[0].clone(), n[0].clone()),
@@ -622,20 +622,20 @@ mod tests {
             json!({"metadata": {"resourceVersion": "9"}, "status": {"desiredReplicas": 3, "lastScaleTime": "2026-01-01T00:00:07Z"}}),
         );
         let comparison = compare(&[running], &[next]);
-        assert_eq!(comparison.outcome(), Outcome::Same);
+        assert_eq!(comparison.outcome(), Verdict::Same);
         assert!(comparison.differences.is_empty());
-        assert_eq!(compare(&[], &[]).outcome(), Outcome::Same, "neither wrote");
+        assert_eq!(compare(&[], &[]).outcome(), Verdict::Same, "neither wrote");
     }
 
     #[test]
     fn different_bodies_differ_with_a_diff_of_the_changed_paths() {
         let comparison = compare(&[scale(4)], &[scale(2)]);
-        assert_eq!(comparison.outcome(), Outcome::Differs);
+        assert_eq!(comparison.outcome(), Verdict::Differs);
         assert_eq!(
             comparison.differences,
             [Difference {
                 target: "patch apps/v1/Deployment/scale ns/app".into(),
-                outcome: Outcome::Differs,
+                outcome: Verdict::Differs,
                 diff: Some("spec.replicas: 4 → 2".into()),
             }]
         );
@@ -643,8 +643,8 @@ mod tests {
 
     #[test]
     fn a_write_of_one_version_only_is_only_running_or_only_shadow_and_the_worst_outcome_wins() {
-        assert_eq!(compare(&[scale(4)], &[]).outcome(), Outcome::OnlyRunning);
-        assert_eq!(compare(&[], &[scale(4)]).outcome(), Outcome::OnlyShadow);
+        assert_eq!(compare(&[scale(4)], &[]).outcome(), Verdict::OnlyRunning);
+        assert_eq!(compare(&[], &[scale(4)]).outcome(), Verdict::OnlyShadow);
         let status = write(
             "patch",
             "autoscaling/v2/HorizontalPodAutoscaler/status",
@@ -652,7 +652,7 @@ mod tests {
             json!({}),
         );
         let comparison = compare(&[scale(4), status.clone()], &[scale(3), status]);
-        assert_eq!(comparison.outcome(), Outcome::Differs);
+        assert_eq!(comparison.outcome(), Verdict::Differs);
         assert_eq!(comparison.differences.len(), 1);
     }
 
@@ -670,7 +670,7 @@ mod tests {
         };
         assert_eq!(
             compare(&[event("app.1", "to 4")], &[event("app.2", "to 4")]).outcome(),
-            Outcome::Same
+            Verdict::Same
         );
         let differs = compare(&[event("app.1", "to 4")], &[event("app.2", "to 2")]);
         assert_eq!(differs.differences[0].target, "event about Deployment/ns/app Scaled");
@@ -688,11 +688,11 @@ mod tests {
         );
         assert_eq!(
             compare(std::slice::from_ref(&repeat), &[event("app.2", "to 4")]).outcome(),
-            Outcome::Same
+            Verdict::Same
         );
         assert_eq!(
             compare(&[repeat], &[]).outcome(),
-            Outcome::Same,
+            Verdict::Same,
             "a repeat alone says nothing new"
         );
     }

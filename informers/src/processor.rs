@@ -95,8 +95,10 @@ enum Snapshot {
     CatchUp,
 }
 
+/// What a listener's queue holds, under its lock: the deltas queued, a
+/// snapshot being handed out in catch-up mode, and whether it is closed.
 #[derive(Debug)]
-struct QueueState {
+struct Buffered {
     deltas: VecDeque<Delta>,
     snapshot: Snapshot,
     /// Deltas of a snapshot not yet handed out.
@@ -110,7 +112,7 @@ struct ListenerQueue {
     capacity: usize,
     scope: Scope,
     outside_scope: Arc<AtomicU64>,
-    state: Mutex<QueueState>,
+    state: Mutex<Buffered>,
     ready: Notify,
     overflows: AtomicU64,
     dropped: AtomicU64,
@@ -118,7 +120,7 @@ struct ListenerQueue {
 }
 
 impl ListenerQueue {
-    fn lock(&self) -> MutexGuard<'_, QueueState> {
+    fn lock(&self) -> MutexGuard<'_, Buffered> {
         self.state.lock().recover()
     }
 
@@ -234,7 +236,7 @@ impl SharedProcessor {
             capacity: options.queue_capacity.max(1),
             scope: options.scope.clone(),
             outside_scope: Arc::clone(&options.outside_scope),
-            state: Mutex::new(QueueState {
+            state: Mutex::new(Buffered {
                 deltas: VecDeque::new(),
                 snapshot: Snapshot::Initial,
                 pending: VecDeque::new(),

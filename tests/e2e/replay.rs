@@ -12,7 +12,7 @@ use apiserver_sim::store::ResourceId;
 use apiserver_sim::workload::Workload;
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_cli::recording::{self, parse_resource};
-use kinformer_cli::replay::{Http, Outcome, Setup, compare, replay, replay_with};
+use kinformer_cli::replay::{Http, Replayed, Setup, compare, replay, replay_with};
 use kinformer_tests::engine;
 use kinformer_tests::guest::{Language, World, compile_cache, component, root};
 use kinformer_tests::runtime::{Logged, Logs, caught_up, cluster, install, server_changes, until};
@@ -20,7 +20,7 @@ use serde_json::json;
 
 /// Replays `recording` (JSON lines) into `plugin`; returns the outcome and
 /// the lines it printed.
-fn printed(plugin: &Path, recording: &[u8], config: Option<&str>) -> (Outcome, Vec<String>) {
+fn printed(plugin: &Path, recording: &[u8], config: Option<&str>) -> (Replayed, Vec<String>) {
     let deltas = recording::read(recording).unwrap();
     let mut out = Vec::new();
     let outcome = replay(plugin, &deltas, config, engine(), &mut out).unwrap();
@@ -30,7 +30,7 @@ fn printed(plugin: &Path, recording: &[u8], config: Option<&str>) -> (Outcome, V
 
 /// Replays `recording` (JSON lines) into `plugin`; returns the outcome and
 /// the messages it logged.
-fn replayed(plugin: &str, recording: &[u8], config: &str) -> (Outcome, Vec<String>) {
+fn replayed(plugin: &str, recording: &[u8], config: &str) -> (Replayed, Vec<String>) {
     let (outcome, lines) = printed(Path::new(plugin), recording, Some(config));
     let messages = lines
         .iter()
