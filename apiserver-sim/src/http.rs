@@ -12,7 +12,6 @@ use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use bytes::{BufMut, BytesMut};
 use kinformer_selector::Selector;
 use serde_json::{Value, json};
 
@@ -21,9 +20,15 @@ use crate::negotiation::Representation;
 use crate::status::{ApiError, Result};
 use crate::store::{Filter, ListOptions, Part, PatchType, Preconditions, ResourceId, StoredObject, WriteOptions};
 use crate::watch::{self, EventForm, Start, WatchRequest};
-use crate::{Shared, encoding, health, metrics, printers, protobuf, resources, server_stats};
+use crate::{Shared, health, metrics, printers, protobuf, resources, server_stats};
 
+mod respond;
 mod unstored;
+
+use respond::{
+    aggregated_discovery_response, bytes_response, error_response, go_type, json_response, list_response,
+    text_response, without_type_meta,
+};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
@@ -749,139 +754,6 @@ fn sim_control(shared: &Shared, method: &Method, path: &str, query: &HashMap<Str
         }
         _ => error_response(&ApiError::no_route(&format!("/sim/{path}"))),
     }
-}
-
-/// A plain text answer, as the health endpoints and `/metrics` give.
-fn text_response(status: StatusCode, body: String) -> Response {
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-    response
-}
-
-fn json_response(status: StatusCode, value: &Value) -> Response {
-    let mut bytes = encoding::to_vec(value);
-    bytes.push(b'\n');
-    bytes_response(status, Bytes::from(bytes))
-}
-
-/// An aggregated discovery document, labelled as the API server labels it.
-fn aggregated_discovery_response(groups: &[(String, Vec<Value>)]) -> Response {
-    let mut response = json_response(StatusCode::OK, &resources::aggregated_discovery(groups));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(resources::AGGREGATED_DISCOVERY),
-    );
-    headers.insert(header::VARY, HeaderValue::from_static("Accept"));
-    response
-}
-
-/// A JSON answer. Its body ends with a newline, as Go's JSON encoder ends
-/// every value kube-apiserver writes.
-fn bytes_response(status: StatusCode, bytes: Bytes) -> Response {
-    let bytes = if bytes.ends_with(b"\n") {
-        bytes
-    } else {
-        let mut line = BytesMut::with_capacity(bytes.len() + 1);
-        line.put_slice(&bytes);
-        line.put_u8(b'\n');
-        line.freeze()
-    };
-    let mut response = Response::new(Body::from(bytes));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-/// The Go type kube-apiserver names in a 406 for a resource's `kind`: its
-/// internal type (`*core.ConfigMap`, `*apps.DeploymentList`), or an
-/// unstructured one for custom resources.
-fn go_type(def: &resources::ResourceDef, kind: &str) -> String {
-    let package = match def.group.as_str() {
-        "" | "events.k8s.io" => "core",
-        "rbac.authorization.k8s.io" => "rbac",
-        group if group.contains('.') && !group.ends_with(".k8s.io") => {
-            return if kind.ends_with("List") {
-                "unstructured.UnstructuredList".to_owned()
-            } else {
-                "unstructured.Unstructured".to_owned()
-            };
-        }
-        group => group.split('.').next().unwrap_or(group),
-    };
-    format!("{package}.{kind}")
-}
-
-/// An object's JSON without its leading `kind` and `apiVersion`, as
-/// kube-apiserver writes the items of a built-in type's list.
-/// (The answer starts at the comma before `metadata`: the list writes its
-/// opening brace in place of that comma, so no item is copied.)
-fn without_type_meta(json: Bytes) -> Bytes {
-    // Objects are written kind, apiVersion, metadata: both values are plain
-    // strings, so the first `,"metadata":` is the top-level key.
-    const METADATA: &[u8] = b",\"metadata\":";
-    if !json.starts_with(b"{\"kind\":") {
-        return json;
-    }
-    match json.windows(METADATA.len()).position(|window| window == METADATA) {
-        Some(at) => json.slice(at..),
-        None => json,
-    }
-}
-
-/// A list, assembled from the items' serialized bytes without re-serializing them.
-fn list_response(
-    kind: &str,
-    api_version: &str,
-    rv: u64,
-    continue_token: Option<&str>,
-    items: impl ExactSizeIterator<Item = Bytes>,
-) -> Response {
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if let Some(token) = continue_token {
-        metadata["continue"] = json!(token);
-    }
-    let head = encoding::to_vec(&json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}));
-    let items: Vec<Bytes> = items.collect();
-    let size = items.iter().map(|item| item.len() + 1).sum::<usize>() + head.len() + 17;
-    let mut buf = BytesMut::with_capacity(size);
-    // The head without its closing brace; the items follow.
-    buf.put_slice(&head[..head.len() - 1]);
-    buf.put_slice(b",\"items\":[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            buf.put_u8(b',');
-        }
-        // An item without its type starts at the comma before `metadata`.
-        match item.strip_prefix(b",") {
-            Some(rest) => {
-                buf.put_u8(b'{');
-                buf.put_slice(rest);
-            }
-            None => buf.put_slice(item),
-        }
-    }
-    buf.put_slice(b"]}\n");
-    bytes_response(StatusCode::OK, buf.freeze())
-}
-
-fn error_response(error: &ApiError) -> Response {
-    let status = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = json_response(status, &error.to_status());
-    if error.code == 429 {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    response
 }
 
 /// A boolean query parameter as kube-apiserver reads one: absent, `0` and
