@@ -299,7 +299,7 @@ const DIFF_PATHS: usize = 8;
 const DIFF_VALUE_CHARS: usize = 60;
 
 /// A compact diff of two JSON values: `path: running → next` for each leaf that
-/// differs (`∅` for a missing one), at most [`DIFF_PATHS`] of them.
+/// differs (`∅` for a missing one), at most eight of them.
 #[must_use]
 pub fn diff(running: &Value, next: &Value) -> String {
     let mut paths = Vec::new();

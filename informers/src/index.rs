@@ -2,7 +2,7 @@
 //! declared index follows.
 //!
 //! The [`crate::indexer`] maintains indexes; a plugin's registration declares
-//! them ([`crate::registration::IndexSpec`]); the grant review checks them with
+//! them (the host's `IndexSpec`); the grant review checks them with
 //! [`check_definition`], the same rule the cache applies when one is added.
 
 use serde::de;

@@ -5,7 +5,7 @@
 //!
 //! Built from what the runtime keeps anyway ([`PluginStatus`],
 //! [`InformerStats`], [`LeaderStatus`]) by a pure function with the time
-//! passed in. Rates (deltas per second, CPU in calls) come from [`Rates`]:
+//! passed in. Rates (deltas per second, CPU in calls) come from `Rates`:
 //! samples of the counters taken when an overview is asked for, at most one a
 //! second, so a page refreshed by many viewers costs no more than one.
 

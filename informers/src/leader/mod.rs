@@ -20,7 +20,7 @@
 //!
 //! Two modes. With one Lease ([`LeaderElectionConfig::new`]) the leader runs
 //! every writing plugin and the other replicas none. Per plugin
-//! ([`LeaderElectionConfig::per_plugin`], [`plugins`]) each writing plugin has
+//! ([`LeaderElectionConfig::per_plugin`], `plugins`) each writing plugin has
 //! a Lease of its own and the replicas share the writers between them, each
 //! taking no more than its share.
 
