@@ -20,77 +20,28 @@
 //! # Ok(()) }
 //! ```
 
-use std::fmt;
-
 use serde_json::Value;
 
 use crate::Gvk;
 use crate::bindings::kinformer::plugin0_1_0::api as wit;
+use crate::error::error_kinds;
 
-/// Why a read was not answered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReadError {
-    /// Outside the plugin's read grant: nothing was sent.
-    Denied(String),
-    /// The API server refused it (its RBAC).
-    Forbidden(String),
-    /// The request was malformed, or the server does not serve the type.
-    Invalid(String),
-    /// Over the plugin's read rate, or the server asked to slow down.
-    Throttled(String),
-    /// The server could not be reached in time, or failed; an aggregated API
-    /// that is down (metrics-server) answers so.
-    Unavailable(String),
-    /// The answer is over the plugin's `query-bytes`.
-    TooLarge(String),
-}
-
-impl ReadError {
-    /// What went wrong.
-    #[must_use]
-    pub fn message(&self) -> &str {
-        match self {
-            Self::Denied(message)
-            | Self::Forbidden(message)
-            | Self::Invalid(message)
-            | Self::Throttled(message)
-            | Self::Unavailable(message)
-            | Self::TooLarge(message) => message,
-        }
-    }
-
-    /// The kind of error as the host names it: `denied`, `unavailable`, ...
-    #[must_use]
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Denied(_) => "denied",
-            Self::Forbidden(_) => "forbidden",
-            Self::Invalid(_) => "invalid",
-            Self::Throttled(_) => "throttled",
-            Self::Unavailable(_) => "unavailable",
-            Self::TooLarge(_) => "too-large",
-        }
-    }
-}
-
-impl fmt::Display for ReadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "read {}: {}", self.kind(), self.message())
-    }
-}
-
-impl std::error::Error for ReadError {}
-
-impl From<wit::ReadError> for ReadError {
-    fn from(error: wit::ReadError) -> Self {
-        match error {
-            wit::ReadError::Denied(message) => Self::Denied(message),
-            wit::ReadError::Forbidden(message) => Self::Forbidden(message),
-            wit::ReadError::Invalid(message) => Self::Invalid(message),
-            wit::ReadError::Throttled(message) => Self::Throttled(message),
-            wit::ReadError::Unavailable(message) => Self::Unavailable(message),
-            wit::ReadError::TooLarge(message) => Self::TooLarge(message),
-        }
+error_kinds! {
+    /// Why a read was not answered.
+    ReadError, shown as "read", from wit::ReadError {
+        /// Outside the plugin's read grant: nothing was sent.
+        Denied = "denied",
+        /// The API server refused it (its RBAC).
+        Forbidden = "forbidden",
+        /// The request was malformed, or the server does not serve the type.
+        Invalid = "invalid",
+        /// Over the plugin's read rate, or the server asked to slow down.
+        Throttled = "throttled",
+        /// The server could not be reached in time, or failed; an aggregated API
+        /// that is down (metrics-server) answers so.
+        Unavailable = "unavailable",
+        /// The answer is over the plugin's `query-bytes`.
+        TooLarge = "too-large",
     }
 }
 

@@ -35,89 +35,34 @@
 //! # Ok(()) }
 //! ```
 
-use std::fmt;
-
 use serde::Serialize;
 
 use crate::Gvk;
 use crate::bindings::kinformer::plugin0_1_0::cluster as wit;
+use crate::error::error_kinds;
 
-/// Why a write was not done.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WriteError {
-    /// Outside the plugin's write grant: nothing was sent.
-    Denied(String),
-    /// The API server refused it (its RBAC).
-    Forbidden(String),
-    /// A precondition failed: a stale resourceVersion or uid, an object that
-    /// exists already, fields another manager owns.
-    Conflict(String),
-    /// The object does not exist.
-    NotFound(String),
-    /// The request was malformed, or the server rejected the object or patch:
-    /// what is wrong.
-    Invalid(String),
-    /// Over the plugin's write rate (or its event rate for one object), or the
-    /// server asked to slow down. Try again later; a controller requeues.
-    Throttled(String),
-    /// The server could not be reached in time or failed.
-    Unavailable(String),
-    /// The object or patch is too large (over 1 MiB, or the server's limit).
-    TooLarge(String),
-}
-
-impl WriteError {
-    /// What went wrong.
-    #[must_use]
-    pub fn message(&self) -> &str {
-        match self {
-            Self::Denied(message)
-            | Self::Forbidden(message)
-            | Self::Conflict(message)
-            | Self::NotFound(message)
-            | Self::Invalid(message)
-            | Self::Throttled(message)
-            | Self::Unavailable(message)
-            | Self::TooLarge(message) => message,
-        }
-    }
-
-    /// The kind of error as the host names it: `denied`, `not-found`, ...
-    #[must_use]
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Denied(_) => "denied",
-            Self::Forbidden(_) => "forbidden",
-            Self::Conflict(_) => "conflict",
-            Self::NotFound(_) => "not-found",
-            Self::Invalid(_) => "invalid",
-            Self::Throttled(_) => "throttled",
-            Self::Unavailable(_) => "unavailable",
-            Self::TooLarge(_) => "too-large",
-        }
-    }
-}
-
-impl fmt::Display for WriteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "write {}: {}", self.kind(), self.message())
-    }
-}
-
-impl std::error::Error for WriteError {}
-
-impl From<wit::WriteError> for WriteError {
-    fn from(error: wit::WriteError) -> Self {
-        match error {
-            wit::WriteError::Denied(message) => Self::Denied(message),
-            wit::WriteError::Forbidden(message) => Self::Forbidden(message),
-            wit::WriteError::Conflict(message) => Self::Conflict(message),
-            wit::WriteError::NotFound(message) => Self::NotFound(message),
-            wit::WriteError::Invalid(message) => Self::Invalid(message),
-            wit::WriteError::Throttled(message) => Self::Throttled(message),
-            wit::WriteError::Unavailable(message) => Self::Unavailable(message),
-            wit::WriteError::TooLarge(message) => Self::TooLarge(message),
-        }
+error_kinds! {
+    /// Why a write was not done.
+    WriteError, shown as "write", from wit::WriteError {
+        /// Outside the plugin's write grant: nothing was sent.
+        Denied = "denied",
+        /// The API server refused it (its RBAC).
+        Forbidden = "forbidden",
+        /// A precondition failed: a stale resourceVersion or uid, an object that
+        /// exists already, fields another manager owns.
+        Conflict = "conflict",
+        /// The object does not exist.
+        NotFound = "not-found",
+        /// The request was malformed, or the server rejected the object or patch:
+        /// what is wrong.
+        Invalid = "invalid",
+        /// Over the plugin's write rate (or its event rate for one object), or the
+        /// server asked to slow down. Try again later; a controller requeues.
+        Throttled = "throttled",
+        /// The server could not be reached in time or failed.
+        Unavailable = "unavailable",
+        /// The object or patch is too large (over 1 MiB, or the server's limit).
+        TooLarge = "too-large",
     }
 }
 

@@ -61,3 +61,64 @@ impl fmt::Display for Error {
         f.write_str(&self.message)
     }
 }
+
+/// Declares an error whose variants each carry the host's message: its
+/// `message`, its `kind` (the host's name for it), `Display` as `WHAT KIND:
+/// MESSAGE`, `std::error::Error`, and the conversion from the contract's error
+/// of the same variants. One list per error, so none of them can miss a kind.
+macro_rules! error_kinds {
+    (
+        $(#[doc = $doc:literal])*
+        $name:ident, shown as $what:literal, from $module:ident::$wit:ident {
+            $(
+                $(#[doc = $variant_doc:literal])*
+                $variant:ident = $kind:literal,
+            )*
+        }
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum $name {
+            $(
+                $(#[doc = $variant_doc])*
+                $variant(String),
+            )*
+        }
+
+        impl $name {
+            /// What went wrong.
+            #[must_use]
+            pub fn message(&self) -> &str {
+                match self {
+                    $(Self::$variant(message))|* => message,
+                }
+            }
+
+            #[doc = concat!("The kind of error as the host names it: ", $("`", $kind, "` "),*, ".")]
+            #[must_use]
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(Self::$variant(_) => $kind,)*
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, concat!($what, " {}: {}"), self.kind(), self.message())
+            }
+        }
+
+        impl std::error::Error for $name {}
+
+        impl From<$module::$wit> for $name {
+            fn from(error: $module::$wit) -> Self {
+                match error {
+                    $($module::$wit::$variant(message) => Self::$variant(message),)*
+                }
+            }
+        }
+    };
+}
+
+pub(crate) use error_kinds;
