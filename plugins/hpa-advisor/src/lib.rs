@@ -14,10 +14,10 @@
 use kinformer_sdk::k8s::api::apps::v1::Deployment;
 use kinformer_sdk::k8s::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kinformer_sdk::k8s::api::core::v1::Pod;
-use kinformer_sdk::{Delta, DeltaType, Gvk, Handler, Registration, Result, cache, info};
+use kinformer_sdk::{Delta, DeltaType, Gvk, Handler, Registration, Result, info};
 
 mod usage;
-use usage::{TOLERANCE, cpu_utilization_target, is_ready, pod_cpu_requests, pod_usage, pod_usages, selector_string};
+use usage::{ScaleTarget, TOLERANCE, is_ready, pod_cpu_requests, pod_usage, pod_usages, scale_target};
 
 struct HpaAdvisor;
 
@@ -71,34 +71,17 @@ enum Recommendation {
 }
 
 fn recommend(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<Recommendation> {
-    let spec = &hpa.spec;
-    let target_ref = &spec.scale_target_ref;
-    if target_ref.kind != "Deployment" {
-        return Ok(Recommendation::Skip(format!(
-            "targets a {}, only deployments are supported",
-            target_ref.kind
-        )));
-    }
-    let Some(target) = cpu_utilization_target(spec.metrics.as_deref().unwrap_or_default()) else {
-        return Ok(Recommendation::Skip("no cpu utilization target".into()));
+    let ScaleTarget {
+        deployment,
+        target,
+        current,
+        selector,
+        pods,
+    } = match scale_target(namespace, hpa)? {
+        Ok(found) => found,
+        Err(why) => return Ok(Recommendation::Skip(why)),
     };
-    let deployment_key = format!("{namespace}/{}", target_ref.name);
-    let Some(deployment) = cache::get_as::<Deployment>(&Gvk::of::<Deployment>(), &deployment_key)? else {
-        return Ok(Recommendation::Skip(format!(
-            "deployment {deployment_key} not in the cache"
-        )));
-    };
-    let deployment_spec = deployment.spec;
-    let Some(selector) = selector_string(&deployment_spec.selector) else {
-        return Ok(Recommendation::Skip(format!(
-            "deployment {deployment_key} has an empty selector"
-        )));
-    };
-    let pods: Vec<Pod> = cache::list(&Gvk::of::<Pod>())
-        .namespace(namespace)
-        .label_selector(selector.as_str())
-        .fetch()?
-        .parse()?;
+    let deployment_key = format!("{namespace}/{deployment}");
     let usages = match pod_usages(namespace, &selector) {
         Ok(usages) => usages,
         Err(error) => {
@@ -123,16 +106,15 @@ fn recommend(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<Recommend
         )));
     }
     let utilization = usage * 100 / requests;
-    let current = deployment_spec.replicas.unwrap_or(1);
     let ratio = utilization as f64 / f64::from(target);
     let desired = if (ratio - 1.0).abs() <= TOLERANCE {
         current
     } else {
         (ratio * ready as f64).ceil() as i32
     };
-    let desired = desired.clamp(spec.min_replicas.unwrap_or(1), spec.max_replicas);
+    let desired = desired.clamp(hpa.spec.min_replicas.unwrap_or(1), hpa.spec.max_replicas);
     Ok(Recommendation::Scale {
-        deployment: target_ref.name.clone(),
+        deployment,
         pods: ready,
         utilization,
         target,

@@ -10,12 +10,63 @@
 
 use std::collections::BTreeMap;
 
-use kinformer_sdk::Gvk;
 use kinformer_sdk::api::{self, ReadError};
-use kinformer_sdk::k8s::api::autoscaling::v2::MetricSpec;
+use kinformer_sdk::k8s::api::apps::v1::Deployment;
+use kinformer_sdk::k8s::api::autoscaling::v2::{HorizontalPodAutoscaler, MetricSpec};
 use kinformer_sdk::k8s::api::core::v1::Pod;
 use kinformer_sdk::k8s::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kinformer_sdk::{Gvk, Result, cache};
 use serde_json::Value;
+/// What an HPA scales, as the cache has it.
+pub(crate) struct ScaleTarget {
+    /// Its deployment's name.
+    pub(crate) deployment: String,
+    /// The CPU utilization it aims at, in percent.
+    pub(crate) target: i32,
+    /// The deployment's replicas.
+    pub(crate) current: i32,
+    /// The deployment's pod selector, in the cache's string form.
+    pub(crate) selector: String,
+    /// The deployment's pods.
+    pub(crate) pods: Vec<Pod>,
+}
+
+/// The deployment an HPA in `namespace` scales, its CPU target and its pods
+/// from the cache; `Err` says why the HPA is skipped (not a deployment, no
+/// CPU utilization target, no such deployment, an empty selector).
+pub(crate) fn scale_target(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<Result<ScaleTarget, String>> {
+    let spec = &hpa.spec;
+    let target_ref = &spec.scale_target_ref;
+    if target_ref.kind != "Deployment" {
+        return Ok(Err(format!(
+            "targets a {}, only deployments are supported",
+            target_ref.kind
+        )));
+    }
+    let Some(target) = cpu_utilization_target(spec.metrics.as_deref().unwrap_or_default()) else {
+        return Ok(Err("no cpu utilization target".into()));
+    };
+    let deployment_key = format!("{namespace}/{}", target_ref.name);
+    let Some(deployment) = cache::get_as::<Deployment>(&Gvk::of::<Deployment>(), &deployment_key)? else {
+        return Ok(Err(format!("deployment {deployment_key} not in the cache")));
+    };
+    let Some(selector) = selector_string(&deployment.spec.selector) else {
+        return Ok(Err(format!("deployment {deployment_key} has an empty selector")));
+    };
+    let pods: Vec<Pod> = cache::list(&Gvk::of::<Pod>())
+        .namespace(namespace)
+        .label_selector(selector.as_str())
+        .fetch()?
+        .parse()?;
+    Ok(Ok(ScaleTarget {
+        deployment: target_ref.name.clone(),
+        target,
+        current: deployment.spec.replicas.unwrap_or(1),
+        selector,
+        pods,
+    }))
+}
+
 /// Like the HPA controller: no scaling while utilization is within 10% of the target.
 pub(crate) const TOLERANCE: f64 = 0.1;
 

@@ -46,7 +46,7 @@ use serde_json::json;
 
 #[path = "../../hpa-advisor/src/usage.rs"]
 mod usage;
-use usage::{TOLERANCE, cpu_utilization_target, is_ready, pod_cpu_requests, pod_usage, pod_usages, selector_string};
+use usage::{ScaleTarget, TOLERANCE, is_ready, pod_cpu_requests, pod_usage, pod_usages, scale_target};
 
 /// The scale-down stabilization window when the HPA sets none.
 const DEFAULT_STABILIZATION: Duration = Duration::from_secs(300);
@@ -223,35 +223,16 @@ enum Measurement {
 /// Measures the HPA's deployment and pods from the cache and their usage from
 /// the resource metrics API.
 fn measure(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<Measurement> {
-    let spec = &hpa.spec;
-    let target_ref = &spec.scale_target_ref;
-    if target_ref.kind != "Deployment" {
-        return Ok(Measurement::Skip(format!(
-            "targets a {}, only deployments are supported",
-            target_ref.kind
-        )));
-    }
-    let Some(target) = cpu_utilization_target(spec.metrics.as_deref().unwrap_or_default()) else {
-        return Ok(Measurement::Skip("no cpu utilization target".into()));
+    let ScaleTarget {
+        deployment,
+        target,
+        current,
+        selector,
+        pods,
+    } = match scale_target(namespace, hpa)? {
+        Ok(found) => found,
+        Err(why) => return Ok(Measurement::Skip(why)),
     };
-    let deployment_key = format!("{namespace}/{}", target_ref.name);
-    let Some(deployment) = cache::get_as::<Deployment>(&Gvk::of::<Deployment>(), &deployment_key)? else {
-        return Ok(Measurement::Skip(format!(
-            "deployment {deployment_key} not in the cache"
-        )));
-    };
-    let deployment_spec = deployment.spec;
-    let current = deployment_spec.replicas.unwrap_or(1);
-    let Some(selector) = selector_string(&deployment_spec.selector) else {
-        return Ok(Measurement::Skip(format!(
-            "deployment {deployment_key} has an empty selector"
-        )));
-    };
-    let pods: Vec<Pod> = cache::list(&Gvk::of::<Pod>())
-        .namespace(namespace)
-        .label_selector(selector.as_str())
-        .fetch()?
-        .parse()?;
     let usages = match pod_usages(namespace, &selector) {
         Ok(usages) => usages,
         Err(error) => {
@@ -259,7 +240,7 @@ fn measure(namespace: &str, hpa: &HorizontalPodAutoscaler) -> Result<Measurement
             return Ok(Measurement::NoMetrics { current, why });
         }
     };
-    Ok(match measure_pods(&target_ref.name, current, target, &pods, &usages) {
+    Ok(match measure_pods(&deployment, current, target, &pods, &usages) {
         Ok(measured) => Measurement::Measured(measured),
         // As kube-controller-manager: metrics that name none of the ready
         // pods are a failure to get the metric, said on the HPA.
