@@ -122,7 +122,7 @@ fn read_http(line: HttpLine) -> anyhow::Result<RecordedHttp> {
             }
             let body = base64::engine::general_purpose::STANDARD.decode(line.body.unwrap_or_default())?;
             let answer = HttpAnswer::new(status, headers, body.into());
-            Ok(if line.complete { answer } else { answer.cut() })
+            Ok(if line.complete { answer } else { answer.truncated() })
         }
         (None, Some(outcome)) => Err(Outcome::parse(outcome).with_context(|| format!("unknown outcome {outcome:?}"))?),
         _ => anyhow::bail!("an Http line has a status or an outcome"),

@@ -371,7 +371,7 @@ impl Capped {
                 let exchange = if outcome == Outcome::Ok {
                     exchange
                 } else {
-                    exchange.cut()
+                    exchange.truncated()
                 };
                 keep.call
                     .record(keep.query.clone(), crate::plugin::Answer::Http(Ok(exchange)));

@@ -85,9 +85,9 @@ impl HttpAnswer {
         }
     }
 
-    /// Marks the body as read only this far.
+    /// Marks the body as read only this far: the exchange ended early.
     #[must_use]
-    pub fn cut(mut self) -> Self {
+    pub fn truncated(mut self) -> Self {
         self.complete = false;
         self
     }

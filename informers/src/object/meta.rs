@@ -39,16 +39,16 @@ impl Span {
         text.get(at..at + self.len as usize).unwrap_or_default()
     }
 
-    /// The span once the sorted byte ranges `cuts` are gone from the JSON
-    /// before it; a span never lies inside a cut.
-    pub(super) fn shifted(self, cuts: &[Range<usize>]) -> Self {
+    /// The span once the sorted byte ranges `removals` are gone from the JSON
+    /// before it; a span never lies inside a removal.
+    pub(super) fn shifted(self, removals: &[Range<usize>]) -> Self {
         if self.at & Self::UNESCAPED != 0 {
             return self;
         }
         let at = self.at as usize;
-        let removed: usize = cuts
+        let removed: usize = removals
             .iter()
-            .filter(|cut| cut.end <= at)
+            .filter(|removal| removal.end <= at)
             .map(ExactSizeIterator::len)
             .sum();
         Self {
@@ -248,7 +248,7 @@ impl<'de> Visitor<'de> for MetadataSeed<'_, '_> {
                         .filter_map(|(index, (name, end))| {
                             let name = name?;
                             let at = entries.offset(name)?;
-                            Some((at..at + name.len(), entries.cut(index, end?)?))
+                            Some((at..at + name.len(), entries.removal(index, end?)?))
                         })
                         .collect();
                     if entries.starts.iter().any(Option::is_none) {
@@ -265,7 +265,7 @@ impl<'de> Visitor<'de> for MetadataSeed<'_, '_> {
             strip.unknown = true;
         }
         if let Some((index, end)) = managed_fields {
-            strip.managed_fields = end.and_then(|end| fields.cut(index, end));
+            strip.managed_fields = end.and_then(|end| fields.removal(index, end));
             strip.unknown |= strip.managed_fields.is_none();
         }
         Ok(())
@@ -439,14 +439,14 @@ impl<'de> Visitor<'de> for OwnerSeed<'_, '_> {
 }
 
 /// Where, in an object's JSON, the parts a [`Transform`](super::Transform) may strip are: found
-/// while the metadata is parsed, so stripping them is a copy around the cuts,
-/// with no second parse. Each cut is the field with one of its separating
+/// while the metadata is parsed, so stripping them is a copy around the removals,
+/// with no second parse. Each removal is the field with one of its separating
 /// commas, so what is left is valid JSON.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Strippable {
-    /// The cut that removes `metadata.managedFields`.
+    /// The byte range that removes `metadata.managedFields`.
     pub(super) managed_fields: Option<Range<usize>>,
-    /// Each annotation: its key's text, and the cut that removes it.
+    /// Each annotation: its key's text, and the byte range that removes it.
     pub(super) annotations: Vec<(Range<usize>, Range<usize>)>,
     /// A name was escaped, so positions are unknown: strip by parsing.
     pub(super) unknown: bool,
@@ -484,9 +484,9 @@ impl<'j> Positions<'j> {
         self.starts.push(start);
     }
 
-    /// The cut that removes field `index`, whose value ends at `end`: up to the
+    /// The byte range that removes field `index`, whose value ends at `end`: up to the
     /// next field's name, or from the comma before it when it is the last.
-    fn cut(&self, index: usize, end: usize) -> Option<Range<usize>> {
+    fn removal(&self, index: usize, end: usize) -> Option<Range<usize>> {
         let start = self.starts.get(index).copied().flatten()?;
         if let Some(next) = self.starts.get(index + 1) {
             return Some(start..(*next)?);

@@ -60,7 +60,7 @@ pub struct CachedObject {
     /// Sorted by key.
     labels: Box<[(Span, Span)]>,
     owners: Box<[Owner]>,
-    /// Until a transform is applied: where its cuts go.
+    /// Until a transform is applied: where its removals go.
     strip: Option<Box<Strippable>>,
 }
 
@@ -162,15 +162,15 @@ impl CachedObject {
         let Some(strip) = self.strip.take() else {
             return Ok(self);
         };
-        let mut cuts: Vec<Range<usize>> = strip
+        let mut removals: Vec<Range<usize>> = strip
             .annotations
             .iter()
             .filter(|(key, _)| transform.strip_annotations.iter().any(|a| *a == self.json[key.clone()]))
-            .map(|(_, cut)| cut.clone())
+            .map(|(_, removal)| removal.clone())
             .collect();
-        // Two cuts in one object may touch: strip those by parsing, as when a
+        // Two removals in one object may touch: strip those by parsing, as when a
         // name was escaped, and read the metadata of what is left.
-        if strip.unknown || cuts.len() > 1 {
+        if strip.unknown || removals.len() > 1 {
             return match transform.apply(&self.json)? {
                 Some(json) => Ok(Self {
                     strip: None,
@@ -180,28 +180,28 @@ impl CachedObject {
             };
         }
         if transform.strip_managed_fields {
-            cuts.extend(strip.managed_fields.clone());
+            removals.extend(strip.managed_fields.clone());
         }
-        cuts.sort_by_key(|cut| cut.start);
-        if !cuts.is_empty() {
-            self.json = transform::cut(&self.json, &cuts);
-            self.shift(&cuts);
+        removals.sort_by_key(|removal| removal.start);
+        if !removals.is_empty() {
+            self.json = transform::without(&self.json, &removals);
+            self.shift(&removals);
         }
         Ok(self)
     }
 
-    /// Moves every span past the `cuts` made to the JSON.
-    fn shift(&mut self, cuts: &[Range<usize>]) {
-        self.uid = self.uid.shifted(cuts);
-        self.resource_version = self.resource_version.shifted(cuts);
-        self.deletion_timestamp = self.deletion_timestamp.map(|span| span.shifted(cuts));
+    /// Moves every span past the `removals` made to the JSON.
+    fn shift(&mut self, removals: &[Range<usize>]) {
+        self.uid = self.uid.shifted(removals);
+        self.resource_version = self.resource_version.shifted(removals);
+        self.deletion_timestamp = self.deletion_timestamp.map(|span| span.shifted(removals));
         for (key, value) in &mut self.labels {
-            *key = key.shifted(cuts);
-            *value = value.shifted(cuts);
+            *key = key.shifted(removals);
+            *value = value.shifted(removals);
         }
         for owner in &mut self.owners {
             for span in [&mut owner.api_version, &mut owner.kind, &mut owner.name, &mut owner.uid] {
-                *span = span.shifted(cuts);
+                *span = span.shifted(removals);
             }
         }
     }
@@ -539,7 +539,7 @@ mod tests {
     #[test]
     fn metadata_read_before_and_after_the_cuts_is_the_same() {
         // managedFields and the annotation come before the fields kept, so
-        // every position after them moves when they are cut.
+        // every position after them moves when they are removed.
         let json = r#"{"kind":"Pod","metadata":{"managedFields":[{"manager":"x","fieldsV1":{"f:metadata":{}}}],
             "annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{}"},
             "name":"web-0","namespace":"shop","uid":"u-1","resourceVersion":"42","generation":3,
@@ -549,7 +549,7 @@ mod tests {
         let object = CachedObject::from_json(json).unwrap();
         let before = identity(&object);
         let after = object.transformed(&Transform::default()).unwrap();
-        assert!(after.json().len() < json.len(), "the cuts were made");
+        assert!(after.json().len() < json.len(), "the removals were made");
         assert_eq!(identity(&after), before);
         assert_eq!(
             before,
@@ -626,17 +626,17 @@ mod tests {
         for meta in &metas {
             let json = format!(r#"{{"kind":"ConfigMap","metadata":{meta},"data":{{"managedFields":"x"}}}}"#);
             for transform in &transforms {
-                let cut = CachedObject::from_json(json.as_str())
+                let stripped = CachedObject::from_json(json.as_str())
                     .unwrap()
                     .transformed(transform)
                     .unwrap();
                 let parsed = transform.apply(&json).unwrap().unwrap_or_else(|| json.clone());
-                let cut_value: serde_json::Value = serde_json::from_str(cut.json())
-                    .unwrap_or_else(|error| panic!("{error}: {} from {json}", cut.json()));
+                let stripped_value: serde_json::Value = serde_json::from_str(stripped.json())
+                    .unwrap_or_else(|error| panic!("{error}: {} from {json}", stripped.json()));
                 let parsed_value: serde_json::Value = serde_json::from_str(&parsed).unwrap();
-                assert_eq!(cut_value, parsed_value, "{json} with {transform:?}");
-                assert_eq!(metadata_names(cut.json()), metadata_names(&parsed));
-                assert_eq!(cut.name(), "a");
+                assert_eq!(stripped_value, parsed_value, "{json} with {transform:?}");
+                assert_eq!(metadata_names(stripped.json()), metadata_names(&parsed));
+                assert_eq!(stripped.name(), "a");
             }
         }
     }
