@@ -7,8 +7,8 @@ use axum::response::Response;
 use bytes::{BufMut, BytesMut};
 use serde_json::{Value, json};
 
-use crate::{encoding, resources};
 use crate::status::ApiError;
+use crate::{encoding, resources};
 
 /// A plain text answer, as the health endpoints and `/metrics` give.
 pub(super) fn text_response(status: StatusCode, body: String) -> Response {

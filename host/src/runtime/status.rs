@@ -167,7 +167,7 @@ pub struct PluginStatus {
 }
 
 impl PluginStatus {
-    pub(super) fn new(file: &Path) -> Self {
+    pub(crate) fn new(file: &Path) -> Self {
         Self {
             name: plugin_name(file),
             file: file.to_owned(),
