@@ -569,7 +569,7 @@ async fn every_overlay_passes_a_server_side_dry_run() {
     }
     let mut unserved = Vec::new();
     let mut unvalidated = 0;
-    for overlay in ["single", "ha", "oci"] {
+    for overlay in ["single", "ha", "oci", "tenants"] {
         for document in kustomize(overlay) {
             let name = format!(
                 "{overlay}: {} {}",

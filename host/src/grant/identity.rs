@@ -2,9 +2,15 @@
 //! ServiceAccount by impersonation.
 
 /// A user the host impersonates for one plugin's writes, Events and uncached
-/// reads (`Impersonate-User` and `Impersonate-Group`), so the API server's
-/// RBAC bounds the plugin as well as its grant. Set by an embedder (a
-/// namespaced `Handler`), never by a manifest's text.
+/// reads (`Impersonate-User`), so the API server's RBAC bounds the plugin as
+/// well as its grant. Set by an embedder (a namespaced `Handler`), never by a
+/// manifest's text.
+///
+/// No `Impersonate-Group` is sent: kube-apiserver gives an impersonated
+/// ServiceAccount that names no group exactly the groups its token would
+/// have ([`Identity::groups`]). Naming them would need `impersonate` on each
+/// group by name, one per tenant namespace, where this needs it on
+/// ServiceAccounts only.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Identity {
     user: String,
@@ -32,24 +38,21 @@ impl Identity {
         &self.user
     }
 
-    /// Its groups (one `Impersonate-Group` each).
+    /// The groups the API server gives it.
     #[must_use]
     pub fn groups(&self) -> &[String] {
         &self.groups
     }
 
-    /// Adds the impersonation headers to `request`.
+    /// Adds the impersonation header to `request`.
     ///
     /// # Errors
     ///
-    /// When a name is not a valid header value (it holds a control
+    /// When the name is not a valid header value (it holds a control
     /// character).
     pub fn impersonate<B>(&self, request: &mut http::Request<B>) -> Result<(), http::header::InvalidHeaderValue> {
-        let headers = request.headers_mut();
-        headers.insert("impersonate-user", http::HeaderValue::from_str(&self.user)?);
-        for group in &self.groups {
-            headers.append("impersonate-group", http::HeaderValue::from_str(group)?);
-        }
+        let user = http::HeaderValue::from_str(&self.user)?;
+        request.headers_mut().insert("impersonate-user", user);
         Ok(())
     }
 }
@@ -59,7 +62,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_service_account_is_impersonated_with_the_groups_its_token_would_have() {
+    fn a_service_account_is_impersonated_by_name_and_gets_the_groups_of_its_token() {
         let identity = Identity::service_account("shop", "handlers");
         let mut request = http::Request::new(());
         identity.impersonate(&mut request).unwrap();
@@ -67,9 +70,9 @@ mod tests {
             request.headers()["impersonate-user"],
             "system:serviceaccount:shop:handlers"
         );
-        let groups: Vec<_> = request.headers().get_all("impersonate-group").iter().collect();
+        assert!(request.headers().get("impersonate-group").is_none());
         assert_eq!(
-            groups,
+            identity.groups(),
             [
                 "system:serviceaccounts",
                 "system:serviceaccounts:shop",
