@@ -316,5 +316,84 @@ async fn handlers_asking_beyond_their_namespace_are_refused_with_a_condition_nam
             "{name} runs"
         );
     }
+    // Each refusal is an Event on its Handler too.
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "ns-0",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("events.k8s.io", "v1", "Event")),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed = events.list(&Default::default()).await.unwrap();
+        let rejected = listed
+            .items
+            .iter()
+            .find(|event| event.data["regarding"]["name"] == "wide" && event.data["reason"] == "Rejected");
+        if let Some(event) = rejected {
+            assert_eq!(event.data["regarding"]["kind"], "Handler");
+            assert_eq!(event.data["type"], "Warning");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Rejected Event on Handler wide"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_handler_acts_as_the_host_with_its_module_from_the_namespace_it_names() {
+    let (_server, client) = tenants_cluster().await;
+    module(&client, "ns-1", "writer", plugin_artifacts::test_plugin("writer.wasm")).await;
+    let runtime = Runtime::start(client.clone(), RuntimeConfig::default().handlers(true))
+        .await
+        .unwrap();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kinformer.dev", "v1alpha1", "ClusterHandler"),
+        "clusterhandlers",
+    );
+    let cluster_handlers: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kinformer.dev/v1alpha1", "kind": "ClusterHandler", "metadata": {"name": "audit"},
+        "spec": {"module": {"configMap": {"namespace": "ns-1", "name": "writer", "key": "plugin.wasm"}},
+                 "config": "slow:ns-0",
+                 "grant": {"resources": ["v1/ConfigMap"],
+                           "write": [{"verbs": ["patch"], "resources": ["v1/ConfigMap"], "namespaces": ["ns-0"]}]}}}))
+    .unwrap();
+    cluster_handlers.create(&PostParams::default(), &object).await.unwrap();
+    // No RBAC names it: it writes as the host, in a namespace not its module's.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "ns-0");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while config_maps
+        .get("config-0")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ClusterHandler never patched config-0"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = cluster_handlers.get("audit").await.unwrap().data["status"].clone();
+        if condition(&status, "Ready")["reason"] == "Running" {
+            assert_eq!(status["plugin"], "audit");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ClusterHandler never Ready: {status:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(listed_status(&runtime, "audit").unwrap().write_errors, 0);
     runtime.shutdown().await;
 }
