@@ -22,6 +22,10 @@
 //! ClusterHandler as the host. A changed spec or module is the plugin's next
 //! version; a deleted object, or one now refused, unloads it.
 //!
+//! When the API server does not answer (a ConfigMap read, discovery), what
+//! runs keeps running and the object is tried again at the next period: only
+//! a refusal unloads a plugin.
+//!
 //! The objects are watched (a reflector per kind); every [`PERIOD`] each is
 //! compared with what runs, its module read again once its spec changed or
 //! [`MODULE_RECHECK`] passed, and its status patched when it changed, with
@@ -80,6 +84,21 @@ impl Kind {
 
 /// One object, by kind, namespace and name.
 type Key = (Kind, Option<String>, String);
+
+/// Why what should run for an object is not known now.
+enum Unknown {
+    /// It is refused: nothing runs for it.
+    Refused(Refusal),
+    /// The API server did not answer (a ConfigMap read, discovery): what
+    /// runs keeps running, and it is asked again at the next period.
+    Unavailable(String),
+}
+
+impl From<Refusal> for Unknown {
+    fn from(refusal: Refusal) -> Self {
+        Self::Refused(refusal)
+    }
+}
 
 /// What the controller knows of one object.
 struct Tracked {
@@ -182,8 +201,13 @@ impl Controller {
             let plugin = plugin_name(&key);
             let desired = match &plugin {
                 Ok(plugin) => self.desired(&key, plugin, object).await,
-                Err(refusal) => Err(refusal.clone()),
+                Err(refusal) => Err(Unknown::Refused(refusal.clone())),
             };
+            if let Err(Unknown::Unavailable(why)) = &desired {
+                tracing::warn!(handler = %key.2, why = %why, "cannot read a Handler's module or kinds now; asking again");
+                self.report(&key, object, generation).await;
+                return;
+            }
             let plugin = plugin.unwrap_or_else(|_| key.2.clone());
             let tracked = self.tracked.entry(key.clone()).or_insert_with(|| Tracked {
                 plugin: plugin.clone(),
@@ -208,7 +232,8 @@ impl Controller {
                             .await;
                     }
                 }
-                Err(refusal) => {
+                Err(Unknown::Unavailable(_)) => {}
+                Err(Unknown::Refused(refusal)) => {
                     tracing::warn!(plugin = %plugin, why = %refusal, "a Handler is refused");
                     if tracked.running.take().is_some() {
                         self.plugins.remove(&plugin).await;
@@ -227,16 +252,23 @@ impl Controller {
         key: &Key,
         plugin: &str,
         object: &DynamicObject,
-    ) -> Result<(Vec<u8>, String, Manifest), Refusal> {
+    ) -> Result<(Vec<u8>, String, Manifest), Unknown> {
         let namespace = key.1.as_deref();
         let mut spec = object.data.get("spec").cloned().unwrap_or(Value::Null);
         let module = spec::module(&spec, namespace)?;
         if let Some(namespace) = namespace {
             for kind in spec::kinds_named(&spec) {
-                if !self.scopes.contains_key(&kind)
-                    && let Ok(scoped) = cluster_scoped(&self.client, &kind).await
-                {
-                    self.scopes.insert(kind, scoped);
+                if self.scopes.contains_key(&kind) {
+                    continue;
+                }
+                match cluster_scoped(&self.client, &kind).await {
+                    Ok(scoped) => {
+                        self.scopes.insert(kind, scoped);
+                    }
+                    // Not served: refused below, and asked again next time.
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(kube::Error::Discovery(_)) => {}
+                    Err(error) => return Err(Unknown::Unavailable(crate::one_line(&error))),
                 }
             }
             let scopes = &self.scopes;
@@ -257,13 +289,13 @@ impl Controller {
         Ok((bytes, digest, manifest))
     }
 
-    async fn module_bytes(&self, module: &spec::ModuleRef, limit: u64) -> Result<Vec<u8>, Refusal> {
+    async fn module_bytes(&self, module: &spec::ModuleRef, limit: u64) -> Result<Vec<u8>, Unknown> {
         let where_ = format!("ConfigMap {}/{}", module.namespace, module.name);
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &module.namespace);
         let config_map = api
             .get_opt(&module.name)
             .await
-            .map_err(|error| Refusal::Module(format!("{where_}: {}", crate::one_line(&error))))?
+            .map_err(|error| Unknown::Unavailable(format!("{where_}: {}", crate::one_line(&error))))?
             .ok_or_else(|| Refusal::Module(format!("{where_} not found")))?;
         let bytes = config_map
             .binary_data
@@ -271,12 +303,12 @@ impl Controller {
             .ok_or_else(|| Refusal::Module(format!("{where_} has no binaryData key {}", module.key)))?
             .0;
         if bytes.len() as u64 > limit {
-            return Err(Refusal::Module(format!(
+            return Err(Unknown::Refused(Refusal::Module(format!(
                 "{where_} key {}: the module is {} bytes, over its limits.moduleMib ({} bytes)",
                 module.key,
                 bytes.len(),
                 limit
-            )));
+            ))));
         }
         Ok(bytes)
     }
