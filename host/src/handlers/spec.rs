@@ -12,7 +12,9 @@
 //! | no `grant.resources`, or a pattern with a wildcard kind | refused: it would take cluster-scoped kinds |
 //! | a cluster-scoped kind (discovery says) | refused: names it |
 //! | `grant.http` | refused: no cluster-wide tenant HTTP policy yet |
-//! | an `env` Secret or ConfigMap of another namespace | refused: names it |
+//! | `v1/Secret` to watch or read | refused: its cache reads are not bounded by its ServiceAccount |
+//! | an `env` Secret (the host would read it, not its ServiceAccount) | refused |
+//! | an `env` ConfigMap of another namespace | refused: names it |
 
 use std::path::Path;
 
@@ -121,7 +123,7 @@ pub fn confine(
              kind, includes cluster-scoped ones outside {namespace})"
         ));
     };
-    kinds(resources, "spec.grant.resources", cluster_scoped)?;
+    kinds(resources, "spec.grant.resources", true, cluster_scoped)?;
     for rules in ["write", "read"] {
         let Some(rules) = grant.get_mut(rules).and_then(Value::as_array_mut) else {
             continue;
@@ -134,7 +136,8 @@ pub fn confine(
             );
             own_namespaces(rule, &at, namespace)?;
             if let Some(resources) = rule.get("resources") {
-                kinds(resources, &format!("{at}.resources"), cluster_scoped)?;
+                let reads = !at.contains("write");
+                kinds(resources, &format!("{at}.resources"), reads, cluster_scoped)?;
             }
         }
     }
@@ -145,6 +148,12 @@ pub fn confine(
                     continue;
                 };
                 let home = reference.split_once('/').map_or("", |(home, _)| home);
+                if source == "secret" {
+                    return refuse(format!(
+                        "spec.env.{name}: secret {reference}: the host would read it, not the Handler's \
+                         ServiceAccount, so a Handler takes no setting from a Secret yet"
+                    ));
+                }
                 if home != namespace {
                     return refuse(format!(
                         "spec.env.{name}: {source} {reference} is outside the Handler's namespace ({namespace})"
@@ -174,10 +183,13 @@ fn own_namespaces(object: &mut Map<String, Value>, at: &str, namespace: &str) ->
     }
 }
 
-/// Refuses a pattern with a wildcard kind and a cluster-scoped kind.
+/// Refuses a pattern with a wildcard kind and a cluster-scoped kind, and
+/// for `reads`, Secrets: a Handler reads the host's cache, which its
+/// ServiceAccount's RBAC does not bound.
 fn kinds(
     patterns: &Value,
     at: &str,
+    reads: bool,
     cluster_scoped: &mut dyn FnMut(&str) -> Result<bool, String>,
 ) -> Result<(), Refusal> {
     for pattern in patterns.as_array().into_iter().flatten() {
@@ -187,6 +199,12 @@ fn kinds(
                 "{at}: {pattern:?} names every kind, cluster-scoped ones too; a Handler names its kinds"
             )));
         };
+        if reads && resource == "v1/Secret" {
+            return Err(Refusal::Confinement(format!(
+                "{at}: v1/Secret: a Handler reads the host's cache, which its ServiceAccount's RBAC does \
+                 not bound, so it may not read Secrets"
+            )));
+        }
         match cluster_scoped(&resource) {
             Ok(false) => {}
             Ok(true) => {
@@ -320,7 +338,7 @@ mod tests {
 
     fn namespaced(kind: &str) -> Result<bool, String> {
         match kind {
-            "v1/Pod" | "v1/ConfigMap" | "apps/v1/Deployment" => Ok(false),
+            "v1/Pod" | "v1/ConfigMap" | "v1/Secret" | "apps/v1/Deployment" => Ok(false),
             "v1/Namespace" | "v1/Node" => Ok(true),
             _ => Err("not served by the API server".to_owned()),
         }
@@ -408,6 +426,15 @@ mod tests {
         assert!(refusal(json!({"grant": {"resources": ["*"]}})).contains("names every kind"));
         assert!(refusal(json!({"grant": {}})).starts_with("spec.grant.resources is missing"));
         assert!(refusal(json!({"grant": {"resources": ["v1/Widget"]}})).contains("not served"));
+        let message = refusal(json!({"grant": {"resources": ["v1/Secret"]}}));
+        assert!(
+            message.starts_with("spec.grant.resources: v1/Secret: a Handler reads the host's cache"),
+            "{message}"
+        );
+        // Writing Secrets goes through its ServiceAccount's RBAC.
+        confined(json!({"grant": {"resources": ["v1/Pod"],
+            "write": [{"verbs": ["patch"], "resources": ["v1/Secret"]}]}}))
+        .unwrap();
         // A subresource of a namespaced kind is that kind's.
         confined(json!({"grant": {"resources": ["v1/Pod"],
             "write": [{"verbs": ["patch"], "resources": ["apps/v1/Deployment/scale"]}]}}))
@@ -426,17 +453,23 @@ mod tests {
     }
 
     #[test]
-    fn http_and_env_from_another_namespace_are_refused() {
+    fn http_secrets_and_env_from_another_namespace_are_refused() {
         let message = refusal(json!({"grant": {"resources": ["v1/Pod"], "http": {"allow": ["https://x"]}}}));
         assert!(message.contains("no cluster-wide tenant HTTP policy yet"), "{message}");
         let message = refusal(json!({"grant": {"resources": ["v1/Pod"]},
-            "env": {"TOKEN": {"secret": "kube-system/token", "key": "t"}}}));
+            "env": {"URL": {"configmap": "kube-system/urls", "key": "u"}}}));
         assert_eq!(
             message,
-            "spec.env.TOKEN: secret kube-system/token is outside the Handler's namespace (shop)"
+            "spec.env.URL: configmap kube-system/urls is outside the Handler's namespace (shop)"
+        );
+        let message = refusal(json!({"grant": {"resources": ["v1/Pod"]},
+            "env": {"TOKEN": {"secret": "shop/token", "key": "t"}}}));
+        assert!(
+            message.starts_with("spec.env.TOKEN: secret shop/token: the host would read it"),
+            "{message}"
         );
         confined(json!({"grant": {"resources": ["v1/Pod"]},
-            "env": {"TOKEN": {"secret": "shop/token", "key": "t"}, "LEVEL": "info"}}))
+            "env": {"URL": {"configmap": "shop/urls", "key": "u"}, "LEVEL": "info"}}))
         .unwrap();
     }
 
