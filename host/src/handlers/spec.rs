@@ -12,7 +12,7 @@
 //! | no `grant.resources`, or a pattern with a wildcard kind | refused: it would take cluster-scoped kinds |
 //! | a cluster-scoped kind (discovery says) | refused: names it |
 //! | `grant.http` | refused: no cluster-wide tenant HTTP policy yet |
-//! | `v1/Secret` to watch or read | refused: its cache reads are not bounded by its ServiceAccount |
+//! | `v1/Secret` in `grant.resources` | refused: its cache reads are not bounded by its ServiceAccount |
 //! | an `env` Secret (the host would read it, not its ServiceAccount) | refused |
 //! | an `env` ConfigMap of another namespace | refused: names it |
 
@@ -136,8 +136,8 @@ pub fn confine(
             );
             own_namespaces(rule, &at, namespace)?;
             if let Some(resources) = rule.get("resources") {
-                let reads = !at.contains("write");
-                kinds(resources, &format!("{at}.resources"), reads, cluster_scoped)?;
+                // Sent as its ServiceAccount: bounded by its RBAC.
+                kinds(resources, &format!("{at}.resources"), false, cluster_scoped)?;
             }
         }
     }
@@ -184,12 +184,12 @@ fn own_namespaces(object: &mut Map<String, Value>, at: &str, namespace: &str) ->
 }
 
 /// Refuses a pattern with a wildcard kind and a cluster-scoped kind, and
-/// for `reads`, Secrets: a Handler reads the host's cache, which its
+/// for `cached` reads, Secrets: a Handler reads the host's cache, which its
 /// ServiceAccount's RBAC does not bound.
 fn kinds(
     patterns: &Value,
     at: &str,
-    reads: bool,
+    cached: bool,
     cluster_scoped: &mut dyn FnMut(&str) -> Result<bool, String>,
 ) -> Result<(), Refusal> {
     for pattern in patterns.as_array().into_iter().flatten() {
@@ -199,7 +199,7 @@ fn kinds(
                 "{at}: {pattern:?} names every kind, cluster-scoped ones too; a Handler names its kinds"
             )));
         };
-        if reads && resource == "v1/Secret" {
+        if cached && resource == "v1/Secret" {
             return Err(Refusal::Confinement(format!(
                 "{at}: v1/Secret: a Handler reads the host's cache, which its ServiceAccount's RBAC does \
                  not bound, so it may not read Secrets"
