@@ -61,6 +61,7 @@ enum Command {
     Status(commands::status::Status),
     New(commands::new::New),
     Check(commands::check::Check),
+    Crds(commands::crds::Crds),
 }
 
 fn main() -> ExitCode {
@@ -112,5 +113,6 @@ fn run(command: Command) -> anyhow::Result<u8> {
         Command::Status(command) => command.run(),
         Command::New(command) => command.run(),
         Command::Check(command) => command.run(),
+        Command::Crds(command) => command.run(),
     }
 }

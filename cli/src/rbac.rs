@@ -30,6 +30,9 @@ pub struct RbacOptions {
     pub name: String,
     /// Where compiled plugins are cached.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Run Handlers (`kinformer run --handlers`), impersonating the
+    /// ServiceAccounts of these namespaces (of every namespace when empty).
+    pub handlers: Option<Vec<String>>,
 }
 
 impl Default for RbacOptions {
@@ -41,6 +44,7 @@ impl Default for RbacOptions {
             service_account_namespace: "kinformer".into(),
             name: "kinformer".into(),
             cache_dir: None,
+            handlers: None,
         }
     }
 }
@@ -87,6 +91,9 @@ pub fn permissions(dir: &Path, options: &RbacOptions) -> anyhow::Result<Permissi
     }
     if let Some(namespace) = &options.lease_namespace {
         permissions.add_leader_election(namespace);
+    }
+    if let Some(tenants) = &options.handlers {
+        permissions.add_handlers(tenants);
     }
     Ok(permissions)
 }

@@ -2,7 +2,9 @@
 //! registrations need and nothing more, and the kustomize overlays of
 //! `deploy/` render, carry that RBAC, run one replica or three with a Lease
 //! per writing plugin and a PodDisruptionBudget, with probes and a restricted
-//! security context, and pass an API server's dry-run.
+//! security context, and pass an API server's dry-run; the tenants overlay
+//! carries the Handler CRDs `kinformer crds` prints and the RBAC `kinformer
+//! rbac --handlers` adds.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::collections::BTreeSet;
@@ -569,7 +571,7 @@ async fn every_overlay_passes_a_server_side_dry_run() {
     }
     let mut unserved = Vec::new();
     let mut unvalidated = 0;
-    for overlay in ["single", "ha", "oci"] {
+    for overlay in ["single", "ha", "oci", "tenants"] {
         for document in kustomize(overlay) {
             let name = format!(
                 "{overlay}: {} {}",
@@ -622,4 +624,52 @@ async fn every_overlay_passes_a_server_side_dry_run() {
             "{unvalidated} objects dry-run without kubectl's OpenAPI validation: the emulation serves no OpenAPI"
         );
     }
+}
+
+/// `kinformer crds` prints the CRDs `deploy/crds` carries, and the tenants
+/// overlay's RBAC for Handlers is what `kinformer rbac --handlers` adds.
+#[test]
+fn kinformer_crds_prints_the_deployed_crds_and_rbac_handlers_the_tenants_overlays_rules() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer"))
+        .arg("crds")
+        .output()
+        .expect("kinformer runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let printed = documents(&String::from_utf8(output.stdout).unwrap());
+    let shipped = documents(&std::fs::read_to_string(deploy().join("crds/handlers.yaml")).unwrap());
+    assert_eq!(printed, shipped);
+    let kinds: Vec<&str> = printed
+        .iter()
+        .map(|crd| crd["spec"]["names"]["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Handler", "ClusterHandler"]);
+
+    // Only what Handlers need: no plugin in the directory.
+    let empty = tempfile::tempdir().unwrap();
+    let options = RbacOptions {
+        handlers: Some(Vec::new()),
+        ..RbacOptions::default()
+    };
+    let printed = documents(&kinformer_cli::rbac::rbac(empty.path(), &options).unwrap());
+    let rules = |documents: &[serde_yaml::Value]| -> BTreeSet<String> {
+        let role = documents
+            .iter()
+            .find(|document| kind(document) == "ClusterRole")
+            .unwrap();
+        let role = ClusterRole::deserialize(role.clone()).unwrap();
+        let mut rules = BTreeSet::new();
+        for rule in role.rules.unwrap() {
+            for group in rule.api_groups.unwrap_or_default() {
+                for resource in rule.resources.clone().unwrap_or_default() {
+                    for verb in &rule.verbs {
+                        rules.insert(format!("{group}/{resource}:{verb}"));
+                    }
+                }
+            }
+        }
+        rules
+    };
+    let shipped = documents(&std::fs::read_to_string(deploy().join("overlays/tenants/handlers-rbac.yaml")).unwrap());
+    assert_eq!(rules(&printed), rules(&shipped));
+    assert!(rules(&shipped).contains("/serviceaccounts:impersonate"));
 }

@@ -73,6 +73,7 @@ pub struct EmbeddingGuide;
 
 pub mod apiserver;
 pub mod grant;
+pub mod handlers;
 pub mod manifest;
 pub mod outbound;
 pub mod plugin;

@@ -7,6 +7,7 @@ mod docs;
 mod guest_controllers;
 mod guest_http;
 mod guests;
+mod handlers;
 mod hpa;
 mod informers;
 mod metrics;

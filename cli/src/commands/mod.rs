@@ -3,6 +3,7 @@
 //! directly; these files turn flags into its types.
 
 pub(crate) mod check;
+pub(crate) mod crds;
 #[cfg(feature = "emulation")]
 pub(crate) mod demo;
 pub(crate) mod new;

@@ -23,6 +23,16 @@ pub(crate) struct Rbac {
     /// The Lease's namespace (default: the service account's).
     #[arg(long, requires = "leader_elect")]
     lease_namespace: Option<String>,
+    /// Add what `kinformer run --handlers` needs: Handlers, their status,
+    /// the ConfigMaps of their modules, Events, and impersonation of the
+    /// tenants' ServiceAccounts.
+    #[arg(long)]
+    handlers: bool,
+    /// The namespaces whose Handlers the host impersonates (repeat the flag
+    /// or separate them by commas): their ServiceAccounts and groups are
+    /// named; without it, every ServiceAccount.
+    #[arg(long, value_delimiter = ',', requires = "handlers")]
+    tenant_namespace: Vec<String>,
     /// The ServiceAccount the host runs as.
     #[arg(long, default_value = "kinformer")]
     service_account: String,
@@ -45,6 +55,7 @@ impl Rbac {
             service_account: self.service_account,
             service_account_namespace: self.service_account_namespace,
             cache_dir: self.cache_dir,
+            handlers: self.handlers.then_some(self.tenant_namespace),
             ..RbacOptions::default()
         };
         print!("{}", kinformer_cli::rbac::rbac(&self.plugins, &options)?);

@@ -29,6 +29,10 @@ pub(crate) struct Run {
     /// own, so RoleBindings in them are all the host needs.
     #[arg(long, value_delimiter = ',')]
     namespace: Vec<String>,
+    /// Also run the cluster's Handlers and ClusterHandlers as plugins
+    /// (install their CRDs first: `kinformer crds | kubectl apply -f -`).
+    #[arg(long)]
+    handlers: bool,
     #[command(flatten)]
     election: ElectionArgs,
     #[command(flatten)]
@@ -47,7 +51,8 @@ impl Run {
                 .engine
                 .apply(RuntimeConfig::new(self.plugins))
                 .instance(instance())
-                .api_server(&cluster.cluster_url);
+                .api_server(&cluster.cluster_url)
+                .handlers(self.handlers);
             let client = kube::Client::try_from(cluster)?;
             if let Some(election) = self.election.config(self.namespace.first().map(String::as_str)) {
                 config = config.leader_election(election);

@@ -17,7 +17,7 @@ use super::offline::Offline;
 use super::reader::ReadRequest;
 use super::request::{Body, Prepared, Propagation, cut};
 use super::writer::Writer;
-use crate::grant::{Grant, Verb, WriteMode};
+use crate::grant::{Grant, Identity, Verb, WriteMode};
 use crate::leader::Leadership;
 use crate::limits::Limits;
 
@@ -35,6 +35,8 @@ pub struct Cluster {
     pub(super) instance: Arc<str>,
     /// Writes are sent only while this says the replica leads.
     pub(super) leadership: Leadership,
+    /// Whom requests are sent as, when not the host itself.
+    identity: Option<Arc<Identity>>,
 }
 
 /// Where writes go.
@@ -92,6 +94,26 @@ impl Cluster {
             connection,
             instance: "kinformer".into(),
             leadership: Leadership::always(),
+            identity: None,
+        }
+    }
+
+    /// Sends every request (writes, Events, uncached reads) as `identity`,
+    /// by impersonation: the API server's RBAC answers for that user, and
+    /// its `403` is the plugin's error, never the host's.
+    #[must_use]
+    pub fn impersonating(mut self, identity: Identity) -> Self {
+        self.identity = Some(Arc::new(identity));
+        self
+    }
+
+    /// Adds the impersonation headers, when requests go as someone else.
+    pub(super) fn sign<B>(&self, request: &mut http::Request<B>) -> Result<(), WriteError> {
+        match &self.identity {
+            Some(identity) => identity.impersonate(request).map_err(|_| {
+                WriteError::Invalid(format!("cannot impersonate {:?}: not a header value", identity.user()))
+            }),
+            None => Ok(()),
         }
     }
 
@@ -212,7 +234,7 @@ impl Cluster {
     /// Sends an uncached read.
     pub(super) async fn read(&self, request: &ReadRequest) -> Result<Option<String>, WriteError> {
         match &self.connection {
-            Connection::Api { client, discovery, .. } => super::reader::send(client, discovery, request).await,
+            Connection::Api { client, discovery, .. } => super::reader::send(self, client, discovery, request).await,
             Connection::Offline(offline) => offline.read(request),
         }
     }
@@ -294,6 +316,7 @@ impl Cluster {
         let mut built = built.map_err(|error| WriteError::Invalid(error.to_string()))?;
         // What kube's own `Api` methods tag their requests with, for its tracing.
         built.extensions_mut().insert(prepared.verb.as_str());
+        self.sign(&mut built)?;
         // The answer is handed on as the server wrote it: no parse, no re-serialisation.
         let stored = client
             .request_text(built)

@@ -174,9 +174,10 @@ impl Writer {
     }
 }
 
-/// Sends a read through kube-rs: the object or list as the server wrote it;
+/// Sends a read through kube-rs (as `cluster`'s identity): the object or list as the server wrote it;
 /// `None` for an object that does not exist.
 pub(super) async fn send(
+    cluster: &super::Cluster,
     client: &kube::Client,
     discovery: &Discovery,
     request: &ReadRequest,
@@ -213,6 +214,7 @@ pub(super) async fn send(
         Read::Get(_) => "get",
         Read::List { .. } => "list",
     });
+    cluster.sign(&mut built)?;
     match client.request_text(built).await {
         Ok(text) => Ok(Some(text)),
         Err(kube::Error::Api(status)) if status.code == 404 && matches!(request.what, Read::Get(_)) => Ok(None),

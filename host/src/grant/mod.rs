@@ -18,12 +18,14 @@ use std::fmt;
 
 use kube::api::GroupVersionKind;
 
+mod identity;
 pub mod rbac;
 mod review;
 mod write;
 
 pub use crate::outbound::HttpGrant;
 pub use crate::scope::Scope;
+pub use identity::Identity;
 pub use review::{Refusal, Review};
 pub use write::{Verb, WriteMode, WriteRule};
 

@@ -179,6 +179,46 @@ impl Permissions {
         verbs.extend(["get", "list", "create", "update"]);
     }
 
+    /// Adds what running Handlers needs ([`crate::handlers`]): `list` and
+    /// `watch` on Handlers and ClusterHandlers, `patch` on their status,
+    /// `get` on ConfigMaps (their modules), `create` and `patch` on Events,
+    /// and `impersonate` on the ServiceAccounts of `tenant_namespaces` (of
+    /// every namespace when empty). Never on groups: the host names none
+    /// ([`crate::grant::Identity`]), and `impersonate` on every group would
+    /// include `system:masters`.
+    pub fn add_handlers(&mut self, tenant_namespaces: &[String]) {
+        let group = crate::handlers::GROUP;
+        for (resource, verbs) in [
+            ("handlers", &["list", "watch"][..]),
+            ("clusterhandlers", &["list", "watch"]),
+            ("handlers/status", &["patch"]),
+            ("clusterhandlers/status", &["patch"]),
+        ] {
+            let rule = self.cluster.entry((group.to_owned(), resource.to_owned())).or_default();
+            rule.extend(verbs.iter().copied());
+        }
+        self.cluster
+            .entry((String::new(), "configmaps".to_owned()))
+            .or_default()
+            .insert("get");
+        self.cluster
+            .entry(("events.k8s.io".to_owned(), "events".to_owned()))
+            .or_default()
+            .extend(["create", "patch"]);
+        if tenant_namespaces.is_empty() {
+            self.cluster
+                .entry((String::new(), "serviceaccounts".to_owned()))
+                .or_default()
+                .insert("impersonate");
+        }
+        for namespace in tenant_namespaces {
+            self.rules(Some(namespace))
+                .entry((String::new(), "serviceaccounts".to_owned()))
+                .or_default()
+                .insert("impersonate");
+        }
+    }
+
     fn rules(&mut self, namespace: Option<&str>) -> &mut Rules {
         match namespace {
             None => &mut self.cluster,
@@ -376,6 +416,30 @@ mod tests {
         }
         assert!(rule(&namespaced["a"], "apps", "deployments").is_some());
         assert!(rule(&namespaced["b"], "apps", "deployments").is_none());
+    }
+
+    #[test]
+    fn handlers_need_their_resources_and_impersonation_of_tenant_accounts_only() {
+        let mut permissions = Permissions::new();
+        permissions.add_handlers(&["shop".to_owned()]);
+        let cluster = permissions.cluster_rules();
+        assert_eq!(
+            rule(&cluster, "kinformer.dev", "handlers"),
+            Some(vec!["list".to_owned(), "watch".to_owned()])
+        );
+        assert_eq!(
+            rule(&cluster, "kinformer.dev", "clusterhandlers/status"),
+            Some(vec!["patch".to_owned()])
+        );
+        assert_eq!(rule(&cluster, "", "configmaps"), Some(vec!["get".to_owned()]));
+        assert!(
+            !cluster
+                .iter()
+                .any(|rule| rule.resources == Some(vec!["groups".to_owned()]))
+        );
+        assert_eq!(rule(&cluster, "", "serviceaccounts"), None);
+        let shop = &permissions.namespaced_rules()["shop"];
+        assert_eq!(rule(shop, "", "serviceaccounts"), Some(vec!["impersonate".to_owned()]));
     }
 
     #[test]

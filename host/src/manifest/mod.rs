@@ -114,6 +114,10 @@ pub struct Manifest {
     pub env: Vec<EnvVar>,
     /// How a next version runs beside the running one (`[rollout]`).
     pub rollout: Option<RolloutPolicy>,
+    /// Who the plugin acts as on the API server: the host when `None`. No
+    /// manifest text sets it; an embedder does (a namespaced `Handler` acts
+    /// as its ServiceAccount).
+    pub identity: Option<crate::grant::Identity>,
 }
 
 /// One environment variable of a plugin (`[env]`).

@@ -57,6 +57,10 @@ pub struct RuntimeConfig {
     /// How plugins' outbound HTTP looks names up: the system's DNS, with
     /// the names set by [`RuntimeConfig::resolve`] answered first.
     pub resolver: crate::outbound::Resolver,
+    /// Run the `Handler`s and `ClusterHandler`s of the cluster as plugins
+    /// ([`crate::handlers`]): their CRDs must be installed
+    /// ([`crate::handlers::CRDS`]).
+    pub handlers: bool,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -79,6 +83,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("instance", &self.instance)
             .field("api_server", &self.api_server)
             .field("resolver", &self.resolver)
+            .field("handlers", &self.handlers)
             .finish()
     }
 }
@@ -170,6 +175,13 @@ impl RuntimeConfig {
         self
     }
 
+    /// Sets [`RuntimeConfig::handlers`].
+    #[must_use]
+    pub fn handlers(mut self, handlers: bool) -> Self {
+        self.handlers = handlers;
+        self
+    }
+
     /// Sets [`RuntimeConfig::log_sink`].
     #[must_use]
     pub fn log_sink(mut self, sink: LogSink) -> Self {
@@ -198,6 +210,7 @@ impl Default for RuntimeConfig {
             instance: None,
             api_server: Vec::new(),
             resolver: crate::outbound::Resolver::default(),
+            handlers: false,
         }
     }
 }

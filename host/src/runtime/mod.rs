@@ -130,6 +130,8 @@ pub struct Runtime {
     election: Option<(LeaderElection, tokio::task::JoinHandle<()>)>,
     /// Where the status endpoint of [`RuntimeConfig::status_address`] listens.
     status_address: Option<std::net::SocketAddr>,
+    /// Runs the cluster's Handlers as plugins ([`RuntimeConfig::handlers`]).
+    handlers: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -255,6 +257,13 @@ impl Runtime {
         };
         let api_server_follower =
             crate::outbound::follow_api_server(supervisor.factory.client().clone(), supervisor.addresses.clone());
+        let handlers = config.handlers.then(|| {
+            tokio::spawn(crate::handlers::run(
+                supervisor.factory.client().clone(),
+                Plugins(Arc::downgrade(&supervisor)),
+                config.instance.clone().unwrap_or_else(|| "kinformer".to_owned()),
+            ))
+        });
         let mut runtime = Self {
             supervisor,
             watcher,
@@ -262,6 +271,7 @@ impl Runtime {
             api_server_follower,
             election,
             status_address: None,
+            handlers,
         };
         if let Some(address) = config.status_address {
             let bound = runtime
@@ -399,6 +409,9 @@ impl Runtime {
     /// the plugins do. A leader then releases its Lease, so another replica
     /// takes over at once.
     pub async fn shutdown(mut self) -> Vec<PluginStatus> {
+        if let Some(handlers) = self.handlers.take() {
+            handlers.abort();
+        }
         self.env_follower.abort();
         self.api_server_follower.abort();
         if let Some(watcher) = self.watcher.take() {
@@ -427,6 +440,37 @@ impl Runtime {
     }
 }
 
+/// The runtime's plugins as the Handlers controller changes them: it adds,
+/// replaces and removes plugins without waiting for their loads, and reads
+/// their status. Does nothing once the runtime is gone.
+#[derive(Clone)]
+pub(crate) struct Plugins(std::sync::Weak<Supervisor>);
+
+impl Plugins {
+    /// Runs `plugin`, or its next version when one of its name runs.
+    pub(crate) async fn put(&self, plugin: EmbeddedPlugin) {
+        let Some(supervisor) = self.0.upgrade() else { return };
+        // Bytes are never another engine's component.
+        if supervisor.embed(plugin).is_ok() {
+            drop(supervisor.begin_rescan().await);
+        }
+    }
+
+    /// Drains and unloads plugin `name`.
+    pub(crate) async fn remove(&self, name: &str) {
+        let Some(supervisor) = self.0.upgrade() else { return };
+        if supervisor.embedded().remove(name).is_some() {
+            drop(supervisor.begin_rescan().await);
+        }
+    }
+
+    /// The status of plugin `name`, if it is known.
+    pub(crate) fn status(&self, name: &str) -> Option<PluginStatus> {
+        let supervisor = self.0.upgrade()?;
+        supervisor.status().into_iter().find(|status| status.name == name)
+    }
+}
+
 /// How long [`Runtime::shutdown`] waits for the workers to finish their calls.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
@@ -434,6 +478,9 @@ impl Drop for Runtime {
     /// Stops without releasing a Lease it holds, as a replica that dies does:
     /// the Lease expires.
     fn drop(&mut self) {
+        if let Some(handlers) = self.handlers.take() {
+            handlers.abort();
+        }
         self.env_follower.abort();
         self.api_server_follower.abort();
         if let Some(watcher) = self.watcher.take() {

@@ -127,6 +127,9 @@ pub struct PluginStatus {
     pub write_errors: u64,
     /// Writes refused for the plugin's write rate (or the server's).
     pub throttled: u64,
+    /// The last write refused or failed (throttling aside), as
+    /// `VERB RESOURCE KEY: MESSAGE` (e.g. the API server's `403`).
+    pub last_write_error: Option<String>,
     /// Writes by verb and outcome (`ok`, `throttled`, `denied`, ...).
     #[serde(skip)]
     pub writes_by: BTreeMap<(&'static str, &'static str), u64>,
@@ -164,7 +167,7 @@ pub struct PluginStatus {
 }
 
 impl PluginStatus {
-    pub(super) fn new(file: &Path) -> Self {
+    pub(crate) fn new(file: &Path) -> Self {
         Self {
             name: plugin_name(file),
             file: file.to_owned(),
@@ -194,6 +197,7 @@ impl PluginStatus {
             writes: 0,
             write_errors: 0,
             throttled: 0,
+            last_write_error: None,
             writes_by: BTreeMap::new(),
             http_requests: 0,
             http_errors: 0,
@@ -214,7 +218,11 @@ impl PluginStatus {
         match record.outcome {
             "ok" => self.writes += 1,
             "throttled" => self.throttled += 1,
-            _ => self.write_errors += 1,
+            outcome => {
+                self.write_errors += 1;
+                let message = record.message.as_deref().unwrap_or(outcome);
+                self.last_write_error = Some(format!("{} {} {}: {message}", record.verb, record.resource, record.key));
+            }
         }
         *self.writes_by.entry((record.verb, record.outcome)).or_default() += 1;
         if record.dry_run {

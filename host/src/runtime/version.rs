@@ -94,9 +94,11 @@ impl Version {
                 writes.push(record.clone());
             }
         });
-        let writer = context
-            .cluster
-            .writer(name, grant.clone(), &manifest.limits, manifest.mode, Some(observer));
+        let cluster = match &manifest.identity {
+            Some(identity) => context.cluster.clone().impersonating(identity.clone()),
+            None => context.cluster.clone(),
+        };
+        let writer = cluster.writer(name, grant.clone(), &manifest.limits, manifest.mode, Some(observer));
         let http_status = Arc::clone(context.status);
         let call_requests = Arc::clone(&written);
         let shadow = context.shadow;

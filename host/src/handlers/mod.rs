@@ -1,0 +1,429 @@
+//! Handlers as resources: the cluster's `Handler`s (namespaced, a tenant's)
+//! and `ClusterHandler`s (the platform team's), run as plugins of the
+//! runtime, their status written back.
+//!
+//! For each object, in this order (the first that fails is its `Rejected`
+//! condition, and no plugin runs for it):
+//!
+//! 1. its plugin name: `NAMESPACE.NAME` for a Handler (namespaces hold no
+//!    dot, so two namespaces never collide), `NAME` for a ClusterHandler
+//!    (which may then hold no dot); never ending in `.next`, the suffix of a
+//!    next version;
+//! 2. its module: a ConfigMap key of `binaryData` (a Handler's in its own
+//!    namespace); `module.oci` is refused, as this host pulls from no
+//!    registry yet;
+//! 3. a Handler's confinement ([`spec::confine`]), discovery saying which
+//!    kinds are cluster-scoped;
+//! 4. its manifest, parsed as a manifest file is ([`spec::manifest`]);
+//! 5. its module's bytes, within the manifest's `module-mib`.
+//!
+//! A Handler then runs as its ServiceAccount (`spec.serviceAccountName`,
+//! `default` when unset) by impersonation ([`crate::grant::Identity`]); a
+//! ClusterHandler as the host. A changed spec or module is the plugin's next
+//! version; a deleted object, or one now refused, unloads it.
+//!
+//! When the API server does not answer (a ConfigMap read, discovery), what
+//! runs keeps running and the object is tried again at the next period: only
+//! a refusal unloads a plugin.
+//!
+//! The objects are watched (a reflector per kind); every [`PERIOD`] each is
+//! compared with what runs, its module read again once its spec changed or
+//! [`MODULE_RECHECK`] passed, and its status patched when it changed, with
+//! an Event when its reason did.
+
+pub mod spec;
+pub mod status;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+use serde_json::{Value, json};
+
+use crate::grant::Identity;
+use crate::manifest::Manifest;
+use crate::runtime::{EmbeddedPlugin, Plugins};
+use spec::Refusal;
+use status::Observed;
+
+/// The `Handler` and `ClusterHandler` CustomResourceDefinitions
+/// (`deploy/crds/handlers.yaml`), as `kinformer crds` prints them.
+pub const CRDS: &str = include_str!("../../../deploy/crds/handlers.yaml");
+
+/// The API group of Handlers.
+pub const GROUP: &str = "kinformer.dev";
+/// Their version.
+pub const VERSION: &str = "v1alpha1";
+
+/// How often the objects are compared with what runs.
+pub const PERIOD: Duration = Duration::from_secs(1);
+/// How often a module's ConfigMap is read again when its Handler did not
+/// change.
+pub const MODULE_RECHECK: Duration = Duration::from_secs(10);
+
+/// The two kinds of Handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Handler,
+    ClusterHandler,
+}
+
+impl Kind {
+    fn resource(self) -> ApiResource {
+        let (kind, plural) = match self {
+            Self::Handler => ("Handler", "handlers"),
+            Self::ClusterHandler => ("ClusterHandler", "clusterhandlers"),
+        };
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural)
+    }
+}
+
+/// One object, by kind, namespace and name.
+type Key = (Kind, Option<String>, String);
+
+/// Why what should run for an object is not known now.
+enum Unknown {
+    /// It is refused: nothing runs for it.
+    Refused(Refusal),
+    /// The API server did not answer (a ConfigMap read, discovery): what
+    /// runs keeps running, and it is asked again at the next period.
+    Unavailable(String),
+}
+
+impl From<Refusal> for Unknown {
+    fn from(refusal: Refusal) -> Self {
+        Self::Refused(refusal)
+    }
+}
+
+/// What the controller knows of one object.
+struct Tracked {
+    plugin: String,
+    generation: i64,
+    module_read: tokio::time::Instant,
+    /// What runs for it: the module's digest and the manifest.
+    running: Option<(String, Manifest)>,
+    refusal: Option<Refusal>,
+    /// The status last patched.
+    status: Value,
+    reason: &'static str,
+}
+
+/// Runs the cluster's Handlers as `plugins` until dropped; `instance` names
+/// this host in their Events.
+pub(crate) async fn run(client: kube::Client, plugins: Plugins, instance: String) {
+    let mut watches = tokio::task::JoinSet::new();
+    let stores: Vec<(Kind, reflector::Store<DynamicObject>)> = [Kind::Handler, Kind::ClusterHandler]
+        .into_iter()
+        .map(|kind| {
+            let resource = kind.resource();
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let writer = reflector::store::Writer::new(resource);
+            let store = writer.as_reader();
+            let stream = reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+            watches.spawn(stream.for_each(|_| std::future::ready(())));
+            (kind, store)
+        })
+        .collect();
+    let mut controller = Controller {
+        client: client.clone(),
+        plugins,
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "kinformer".to_owned(),
+                instance: Some(instance),
+            },
+        ),
+        tracked: BTreeMap::new(),
+        scopes: BTreeMap::new(),
+    };
+    let mut tick = tokio::time::interval(PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let objects: Vec<(Kind, std::sync::Arc<DynamicObject>)> = stores
+            .iter()
+            .flat_map(|(kind, store)| store.state().into_iter().map(move |object| (*kind, object)))
+            .collect();
+        controller.step(&objects).await;
+    }
+}
+
+struct Controller {
+    client: kube::Client,
+    plugins: Plugins,
+    recorder: Recorder,
+    tracked: BTreeMap<Key, Tracked>,
+    /// Discovery's answers: is `apiVersion/Kind` cluster-scoped.
+    scopes: BTreeMap<String, bool>,
+}
+
+impl Controller {
+    /// Brings the plugins in line with `objects`, and their status with the
+    /// plugins.
+    async fn step(&mut self, objects: &[(Kind, std::sync::Arc<DynamicObject>)]) {
+        let mut seen = std::collections::BTreeSet::new();
+        for (kind, object) in objects {
+            let key = (
+                *kind,
+                object.metadata.namespace.clone(),
+                object.metadata.name.clone().unwrap_or_default(),
+            );
+            seen.insert(key.clone());
+            self.reconcile(key, object).await;
+        }
+        let gone: Vec<Key> = self
+            .tracked
+            .keys()
+            .filter(|key| !seen.contains(*key))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(tracked) = self.tracked.remove(&key) {
+                tracing::info!(plugin = %tracked.plugin, "its Handler was deleted; unloading");
+                self.plugins.remove(&tracked.plugin).await;
+            }
+        }
+    }
+
+    async fn reconcile(&mut self, key: Key, object: &DynamicObject) {
+        let generation = object.metadata.generation.unwrap_or_default();
+        let now = tokio::time::Instant::now();
+        let due = self.tracked.get(&key).is_none_or(|tracked| {
+            tracked.generation != generation || now.duration_since(tracked.module_read) >= MODULE_RECHECK
+        });
+        if due {
+            let plugin = plugin_name(&key);
+            let desired = match &plugin {
+                Ok(plugin) => self.desired(&key, plugin, object).await,
+                Err(refusal) => Err(Unknown::Refused(refusal.clone())),
+            };
+            if let Err(Unknown::Unavailable(why)) = &desired {
+                tracing::warn!(handler = %key.2, why = %why, "cannot read a Handler's module or kinds now; asking again");
+                self.report(&key, object, generation).await;
+                return;
+            }
+            let plugin = plugin.unwrap_or_else(|_| key.2.clone());
+            let tracked = self.tracked.entry(key.clone()).or_insert_with(|| Tracked {
+                plugin: plugin.clone(),
+                generation,
+                module_read: now,
+                running: None,
+                refusal: None,
+                status: object.data.get("status").cloned().unwrap_or(Value::Null),
+                reason: "",
+            });
+            tracked.generation = generation;
+            tracked.module_read = now;
+            match desired {
+                Ok((bytes, digest, manifest)) => {
+                    tracked.refusal = None;
+                    let current = Some((digest.clone(), manifest.clone()));
+                    if tracked.running != current {
+                        tracing::info!(plugin = %plugin, digest = %&digest[..12], "running a Handler's module");
+                        tracked.running = current;
+                        self.plugins
+                            .put(EmbeddedPlugin::from_bytes(plugin.clone(), bytes).manifest(manifest))
+                            .await;
+                    }
+                }
+                Err(Unknown::Unavailable(_)) => {}
+                Err(Unknown::Refused(refusal)) => {
+                    tracing::warn!(plugin = %plugin, why = %refusal, "a Handler is refused");
+                    if tracked.running.take().is_some() {
+                        self.plugins.remove(&plugin).await;
+                    }
+                    tracked.refusal = Some(refusal);
+                }
+            }
+        }
+        self.report(&key, object, generation).await;
+    }
+
+    /// What should run for `object`: its module's bytes and digest, and its
+    /// manifest.
+    async fn desired(
+        &mut self,
+        key: &Key,
+        plugin: &str,
+        object: &DynamicObject,
+    ) -> Result<(Vec<u8>, String, Manifest), Unknown> {
+        let namespace = key.1.as_deref();
+        let mut spec = object.data.get("spec").cloned().unwrap_or(Value::Null);
+        let module = spec::module(&spec, namespace)?;
+        if let Some(namespace) = namespace {
+            for kind in spec::kinds_named(&spec) {
+                if self.scopes.contains_key(&kind) {
+                    continue;
+                }
+                match cluster_scoped(&self.client, &kind).await {
+                    Ok(scoped) => {
+                        self.scopes.insert(kind, scoped);
+                    }
+                    // Not served: refused below, and asked again next time.
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(kube::Error::Discovery(_)) => {}
+                    Err(error) => return Err(Unknown::Unavailable(crate::one_line(&error))),
+                }
+            }
+            let scopes = &self.scopes;
+            spec::confine(&mut spec, namespace, &mut |kind| {
+                scopes
+                    .get(kind)
+                    .copied()
+                    .ok_or_else(|| "the API server does not serve it".to_owned())
+            })?;
+        }
+        let mut manifest = spec::manifest(&spec, std::path::Path::new(plugin))?;
+        if let Some(namespace) = namespace {
+            let account = spec["serviceAccountName"].as_str().unwrap_or("default");
+            manifest.identity = Some(Identity::service_account(namespace, account));
+        }
+        let bytes = self.module_bytes(&module, manifest.limits.module_bytes).await?;
+        let digest = crate::plugin::digest(&bytes);
+        Ok((bytes, digest, manifest))
+    }
+
+    async fn module_bytes(&self, module: &spec::ModuleRef, limit: u64) -> Result<Vec<u8>, Unknown> {
+        let where_ = format!("ConfigMap {}/{}", module.namespace, module.name);
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &module.namespace);
+        let config_map = api
+            .get_opt(&module.name)
+            .await
+            .map_err(|error| Unknown::Unavailable(format!("{where_}: {}", crate::one_line(&error))))?
+            .ok_or_else(|| Refusal::Module(format!("{where_} not found")))?;
+        let bytes = config_map
+            .binary_data
+            .and_then(|mut data| data.remove(&module.key))
+            .ok_or_else(|| Refusal::Module(format!("{where_} has no binaryData key {}", module.key)))?
+            .0;
+        if bytes.len() as u64 > limit {
+            return Err(Unknown::Refused(Refusal::Module(format!(
+                "{where_} key {}: the module is {} bytes, over its limits.moduleMib ({} bytes)",
+                module.key,
+                bytes.len(),
+                limit
+            ))));
+        }
+        Ok(bytes)
+    }
+
+    /// Patches `object`'s status when it changed, with an Event when its
+    /// reason did.
+    async fn report(&mut self, key: &Key, object: &DynamicObject, generation: i64) {
+        let Some(tracked) = self.tracked.get_mut(key) else {
+            return;
+        };
+        let observed = match (&tracked.refusal, &tracked.running) {
+            (Some(refusal), _) => Observed::refused(refusal),
+            (None, Some((digest, _))) => Observed::of_plugin(self.plugins.status(&tracked.plugin).as_ref(), digest),
+            (None, None) => return,
+        };
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+        let status = observed.status(&tracked.plugin, generation, &tracked.status, &now.to_string());
+        if status == tracked.status {
+            return;
+        }
+        let resource = key.0.resource();
+        let name = key.2.as_str();
+        let api: Api<DynamicObject> = match &key.1 {
+            Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let patch = Patch::Merge(json!({"status": status}));
+        if let Err(error) = api.patch_status(name, &PatchParams::default(), &patch).await {
+            tracing::warn!(plugin = %tracked.plugin, error = %crate::one_line(&error), "cannot patch a Handler's status");
+            return;
+        }
+        tracked.status = status;
+        if tracked.reason != observed.reason {
+            tracked.reason = observed.reason;
+            let event = Event {
+                type_: if observed.degraded {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: observed.reason.to_owned(),
+                note: Some(observed.message.clone()),
+                action: "Reconcile".to_owned(),
+                secondary: None,
+            };
+            let reference = kube::Resource::object_ref(object, &resource);
+            if let Err(error) = self.recorder.publish(&event, &reference).await {
+                tracing::warn!(plugin = %tracked.plugin, error = %crate::one_line(&error), "cannot record a Handler's Event");
+            }
+        }
+    }
+}
+
+/// The plugin name of a Handler: `NAMESPACE.NAME`, or a ClusterHandler's
+/// `NAME`.
+fn plugin_name(key: &Key) -> Result<String, Refusal> {
+    let name = match &key.1 {
+        Some(namespace) => format!("{namespace}.{}", key.2),
+        None if key.2.contains('.') => {
+            return Err(Refusal::Confinement(format!(
+                "a ClusterHandler's name holds no dot ({}): Handlers are named NAMESPACE.NAME",
+                key.2
+            )));
+        }
+        None => key.2.clone(),
+    };
+    if crate::rollout::next_of(&name).is_some() {
+        return Err(Refusal::Confinement(format!(
+            "the name {name} ends in {}, which names a plugin's next version",
+            crate::rollout::NEXT_SUFFIX
+        )));
+    }
+    Ok(name)
+}
+
+/// Whether the API server serves `apiVersion/Kind` cluster-scoped.
+async fn cluster_scoped(client: &kube::Client, kind: &str) -> Result<bool, kube::Error> {
+    let (api_version, kind) = kind.rsplit_once('/').unwrap_or(("", kind));
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let (_, capabilities) = kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await?;
+    Ok(capabilities.scope == kube::discovery::Scope::Cluster)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handlers_of_one_name_in_two_namespaces_are_two_plugins_and_next_is_never_a_name() {
+        let key = |namespace: Option<&str>, name: &str| (Kind::Handler, namespace.map(str::to_owned), name.to_owned());
+        assert_eq!(plugin_name(&key(Some("shop"), "logger")).unwrap(), "shop.logger");
+        assert_eq!(
+            plugin_name(&key(Some("payments"), "logger")).unwrap(),
+            "payments.logger"
+        );
+        assert!(plugin_name(&key(Some("shop"), "next")).is_err());
+        assert!(plugin_name(&key(None, "shop.logger")).is_err());
+        assert_eq!(plugin_name(&key(None, "audit")).unwrap(), "audit");
+    }
+
+    #[test]
+    fn the_crds_are_two_documents_with_a_status_subresource() {
+        let documents: Vec<Value> = CRDS
+            .split("\n---\n")
+            .map(|document| serde_yaml::from_str(document).unwrap())
+            .collect();
+        let names: Vec<&str> = documents
+            .iter()
+            .map(|crd| crd["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["handlers.kinformer.dev", "clusterhandlers.kinformer.dev"]);
+        for crd in &documents {
+            assert_eq!(crd["spec"]["versions"][0]["subresources"]["status"], json!({}));
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! A Handler's `spec` as a manifest: the confinement of a namespaced one, and
+//! its camelCase fields turned into the manifest's TOML so that
+//! [`Manifest::parse`] makes every check a manifest file gets.
+//!
+//! A namespaced Handler is confined before it is parsed, and refused (never
+//! narrowed) when it asks for more than its namespace:
+//!
+//! | asks for | answer |
+//! | --- | --- |
+//! | no `grant.namespaces` (or a write or read rule without `namespaces`) | its own namespace |
+//! | another namespace, or `*` | refused: names it |
+//! | no `grant.resources`, or a pattern with a wildcard kind | refused: it would take cluster-scoped kinds |
+//! | a cluster-scoped kind (discovery says) | refused: names it |
+//! | `grant.http` | refused: no cluster-wide tenant HTTP policy yet |
+//! | `v1/Secret` in `grant.resources` | refused: its cache reads are not bounded by its ServiceAccount |
+//! | an `env` Secret (the host would read it, not its ServiceAccount) | refused |
+//! | an `env` ConfigMap of another namespace | refused: names it |
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::manifest::Manifest;
+
+/// Why a Handler's spec does not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// It asks for more than a namespaced Handler may have.
+    #[error("{0}")]
+    Confinement(String),
+    /// The manifest it makes is invalid.
+    #[error("{0}")]
+    Manifest(String),
+    /// Its module is an OCI artifact, which this host does not pull.
+    #[error("spec.module.oci: this host does not pull modules from registries yet; use spec.module.configMap")]
+    Oci,
+    /// Its module cannot be read.
+    #[error("{0}")]
+    Module(String),
+}
+
+/// Where a Handler's module is: a key of a ConfigMap's `binaryData`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleRef {
+    /// The ConfigMap's namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The key in its `binaryData`.
+    pub key: String,
+}
+
+/// The module of `spec`: a Handler's ConfigMap is in its own `namespace`, a
+/// ClusterHandler's (`namespace` `None`) in the one it names.
+///
+/// # Errors
+///
+/// For an OCI module, and a ConfigMap reference without a name, key or
+/// (for a ClusterHandler) namespace.
+pub fn module(spec: &Value, namespace: Option<&str>) -> Result<ModuleRef, Refusal> {
+    let module = &spec["module"];
+    if module.get("oci").is_some() {
+        return Err(Refusal::Oci);
+    }
+    let config_map = &module["configMap"];
+    let field = |name: &str| {
+        config_map[name]
+            .as_str()
+            .filter(|value| !value.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| Refusal::Module(format!("spec.module.configMap.{name} is missing")))
+    };
+    let home = match (namespace, config_map.get("namespace")) {
+        (Some(own), None) => own.to_owned(),
+        (Some(own), Some(named)) if named == own => own.to_owned(),
+        (Some(own), Some(named)) => {
+            return Err(Refusal::Confinement(format!(
+                "spec.module.configMap.namespace is {named}: a Handler's module comes from its own namespace ({own})"
+            )));
+        }
+        (None, _) => field("namespace")?,
+    };
+    Ok(ModuleRef {
+        namespace: home,
+        name: field("name")?,
+        key: field("key")?,
+    })
+}
+
+/// Confines the spec of a Handler of `namespace`: fills in its namespace
+/// where the spec names none, and refuses what reaches outside it.
+/// `cluster_scoped` answers for an `apiVersion/Kind` whether the API server
+/// serves it cluster-scoped (`Err` when it does not serve it).
+///
+/// # Errors
+///
+/// [`Refusal::Confinement`], saying which field asks for what.
+pub fn confine(
+    spec: &mut Value,
+    namespace: &str,
+    cluster_scoped: &mut dyn FnMut(&str) -> Result<bool, String>,
+) -> Result<(), Refusal> {
+    let refuse = |message: String| Err(Refusal::Confinement(message));
+    let Some(spec) = spec.as_object_mut() else {
+        return refuse("spec is not an object".to_owned());
+    };
+    let grant = spec.entry("grant").or_insert_with(|| Value::Object(Map::new()));
+    let Some(grant) = grant.as_object_mut() else {
+        return refuse("spec.grant is not an object".to_owned());
+    };
+    if grant.contains_key("http") {
+        return refuse(
+            "spec.grant.http: a Handler may not reach outside the cluster until the platform team can \
+             bound tenants' HTTP (no cluster-wide tenant HTTP policy yet); use a ClusterHandler"
+                .to_owned(),
+        );
+    }
+    own_namespaces(grant, "spec.grant", namespace)?;
+    let Some(resources) = grant.get("resources") else {
+        return refuse(format!(
+            "spec.grant.resources is missing: a Handler names the kinds it watches (the default, every \
+             kind, includes cluster-scoped ones outside {namespace})"
+        ));
+    };
+    kinds(resources, "spec.grant.resources", true, cluster_scoped)?;
+    for rules in ["write", "read"] {
+        let Some(rules) = grant.get_mut(rules).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for (index, rule) in rules.iter_mut().enumerate() {
+            let Some(rule) = rule.as_object_mut() else { continue };
+            let at = format!(
+                "spec.grant.{}[{index}]",
+                if rule.contains_key("verbs") { "write" } else { "read" }
+            );
+            own_namespaces(rule, &at, namespace)?;
+            if let Some(resources) = rule.get("resources") {
+                // Sent as its ServiceAccount: bounded by its RBAC.
+                kinds(resources, &format!("{at}.resources"), false, cluster_scoped)?;
+            }
+        }
+    }
+    if let Some(env) = spec.get("env").and_then(Value::as_object) {
+        for (name, value) in env {
+            for source in ["secret", "configmap"] {
+                let Some(reference) = value.get(source).and_then(Value::as_str) else {
+                    continue;
+                };
+                let home = reference.split_once('/').map_or("", |(home, _)| home);
+                if source == "secret" {
+                    return refuse(format!(
+                        "spec.env.{name}: secret {reference}: the host would read it, not the Handler's \
+                         ServiceAccount, so a Handler takes no setting from a Secret yet"
+                    ));
+                }
+                if home != namespace {
+                    return refuse(format!(
+                        "spec.env.{name}: {source} {reference} is outside the Handler's namespace ({namespace})"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `namespaces` of `object` absent: set to `[namespace]`; present: must be
+/// exactly that.
+fn own_namespaces(object: &mut Map<String, Value>, at: &str, namespace: &str) -> Result<(), Refusal> {
+    match object.get("namespaces").and_then(Value::as_array) {
+        None => {
+            object.insert("namespaces".to_owned(), Value::Array(vec![Value::from(namespace)]));
+            Ok(())
+        }
+        Some(named) => match named.iter().find(|named| named.as_str() != Some(namespace)) {
+            Some(other) => Err(Refusal::Confinement(format!(
+                "{at}.namespaces names {}: a Handler is confined to its own namespace ({namespace})",
+                other.as_str().unwrap_or("a non-string")
+            ))),
+            None => Ok(()),
+        },
+    }
+}
+
+/// Refuses a pattern with a wildcard kind and a cluster-scoped kind, and
+/// for `cached` reads, Secrets: a Handler reads the host's cache, which its
+/// ServiceAccount's RBAC does not bound.
+fn kinds(
+    patterns: &Value,
+    at: &str,
+    cached: bool,
+    cluster_scoped: &mut dyn FnMut(&str) -> Result<bool, String>,
+) -> Result<(), Refusal> {
+    for pattern in patterns.as_array().into_iter().flatten() {
+        let pattern = pattern.as_str().unwrap_or_default();
+        let Some(resource) = kind_of(pattern) else {
+            return Err(Refusal::Confinement(format!(
+                "{at}: {pattern:?} names every kind, cluster-scoped ones too; a Handler names its kinds"
+            )));
+        };
+        if cached && resource == "v1/Secret" {
+            return Err(Refusal::Confinement(format!(
+                "{at}: v1/Secret: a Handler reads the host's cache, which its ServiceAccount's RBAC does \
+                 not bound, so it may not read Secrets"
+            )));
+        }
+        match cluster_scoped(&resource) {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err(Refusal::Confinement(format!(
+                    "{at}: {resource} is cluster-scoped; a Handler reaches only its own namespace"
+                )));
+            }
+            Err(why) => return Err(Refusal::Confinement(format!("{at}: {resource}: {why}"))),
+        }
+    }
+    Ok(())
+}
+
+/// The `apiVersion/Kind` of a resource pattern (its subresource dropped);
+/// `None` for a wildcard kind.
+fn kind_of(pattern: &str) -> Option<String> {
+    let mut parts: Vec<&str> = pattern.split('/').collect();
+    if parts
+        .last()
+        .is_some_and(|last| last.starts_with(|c: char| c.is_ascii_lowercase()))
+    {
+        parts.pop();
+    }
+    let kind = parts.last().copied().unwrap_or_default();
+    (kind != "*" && parts.len() >= 2).then(|| parts.join("/"))
+}
+
+/// Every `apiVersion/Kind` the spec's grant names, for discovery to say
+/// which are cluster-scoped before [`confine`] asks.
+#[must_use]
+pub fn kinds_named(spec: &Value) -> Vec<String> {
+    let grant = &spec["grant"];
+    let rules = ["write", "read"]
+        .into_iter()
+        .flat_map(|rules| grant[rules].as_array().into_iter().flatten())
+        .map(|rule| &rule["resources"]);
+    std::iter::once(&grant["resources"])
+        .chain(rules)
+        .flat_map(|patterns| patterns.as_array().into_iter().flatten())
+        .filter_map(|pattern| pattern.as_str().and_then(kind_of))
+        .collect()
+}
+
+/// The manifest `spec` says, `module` and `serviceAccountName` aside, parsed
+/// as a manifest file is; `path` names it in errors.
+///
+/// # Errors
+///
+/// [`Refusal::Manifest`] with the parser's message.
+pub fn manifest(spec: &Value, path: &Path) -> Result<Manifest, Refusal> {
+    let text = toml_text(spec).map_err(Refusal::Manifest)?;
+    Manifest::parse(path, &text).map_err(|error| Refusal::Manifest(error.to_string()))
+}
+
+/// The manifest's TOML text for `spec`: one `key = value` line per field,
+/// keys kebab-case but for the names a user chose (`env`'s variables).
+fn toml_text(spec: &Value) -> Result<String, String> {
+    let Some(spec) = spec.as_object() else {
+        return Err("spec is not an object".to_owned());
+    };
+    let mut text = String::new();
+    for (key, value) in spec {
+        if matches!(key.as_str(), "module" | "serviceAccountName") || value.is_null() {
+            continue;
+        }
+        text.push_str(&toml_key(&kebab(key)));
+        text.push_str(" = ");
+        toml_value(value, key != "env", &mut text)?;
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// `callTimeoutMs` → `call-timeout-ms`.
+fn kebab(key: &str) -> String {
+    let mut kebab = String::with_capacity(key.len() + 4);
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            kebab.push('-');
+            kebab.push(c.to_ascii_lowercase());
+        } else {
+            kebab.push(c);
+        }
+    }
+    kebab
+}
+
+fn toml_key(key: &str) -> String {
+    // A JSON string is a TOML basic string: both escape `"`, `\` and
+    // control characters alike.
+    Value::from(key).to_string()
+}
+
+/// Writes `value` as an inline TOML value; `kebab_keys` turns its object
+/// keys (and theirs) to kebab-case, but never the names directly under an
+/// object that holds user-chosen names.
+fn toml_value(value: &Value, kebab_keys: bool, text: &mut String) -> Result<(), String> {
+    match value {
+        Value::Null => return Err("a field is null".to_owned()),
+        Value::Bool(_) | Value::Number(_) | Value::String(_) => text.push_str(&value.to_string()),
+        Value::Array(items) => {
+            text.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    text.push_str(", ");
+                }
+                toml_value(item, true, text)?;
+            }
+            text.push(']');
+        }
+        Value::Object(fields) => {
+            text.push('{');
+            for (index, (key, item)) in fields.iter().filter(|(_, item)| !item.is_null()).enumerate() {
+                text.push_str(if index > 0 { ", " } else { " " });
+                let key = if kebab_keys { kebab(key) } else { key.clone() };
+                text.push_str(&toml_key(&key));
+                text.push_str(" = ");
+                toml_value(item, true, text)?;
+            }
+            text.push_str(" }");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn namespaced(kind: &str) -> Result<bool, String> {
+        match kind {
+            "v1/Pod" | "v1/ConfigMap" | "v1/Secret" | "apps/v1/Deployment" => Ok(false),
+            "v1/Namespace" | "v1/Node" => Ok(true),
+            _ => Err("not served by the API server".to_owned()),
+        }
+    }
+
+    fn confined(mut spec: Value) -> Result<Value, Refusal> {
+        confine(&mut spec, "shop", &mut namespaced).map(|()| spec)
+    }
+
+    fn refusal(spec: Value) -> String {
+        confined(spec).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_spec_becomes_the_manifest_a_file_would_be() {
+        let spec = json!({
+            "module": {"configMap": {"name": "m", "key": "plugin.wasm"}},
+            "serviceAccountName": "handlers",
+            "config": "slow:shop",
+            "mode": "dry-run",
+            "grant": {"resources": ["v1/ConfigMap"], "namespaces": ["shop"],
+                      "write": [{"verbs": ["patch"], "resources": ["v1/ConfigMap"]}]},
+            "env": {"LOG_LEVEL": "info", "fooBar": {"configmap": "shop/settings", "key": "a"}},
+            "limits": {"callTimeoutMs": 500, "memoryMib": 16},
+            "failures": {"onError": "skip", "maxRestarts": 2},
+        });
+        let manifest = manifest(&spec, Path::new("shop/h")).unwrap();
+        let text = "config = \"slow:shop\"\nmode = \"dry-run\"\n\
+            [grant]\nresources = [\"v1/ConfigMap\"]\nnamespaces = [\"shop\"]\n\
+            [[grant.write]]\nverbs = [\"patch\"]\nresources = [\"v1/ConfigMap\"]\n\
+            [env]\nLOG_LEVEL = \"info\"\nfooBar = { configmap = \"shop/settings\", key = \"a\" }\n\
+            [limits]\ncall-timeout-ms = 500\nmemory-mib = 16\n\
+            [failures]\non-error = \"skip\"\nmax-restarts = 2\n";
+        assert_eq!(manifest, Manifest::parse(Path::new("h.toml"), text).unwrap());
+    }
+
+    #[test]
+    fn a_spec_the_manifest_refuses_is_refused_with_the_manifests_message() {
+        let spec = json!({"module": {}, "limits": {"memoryMib": 100000}});
+        let refusal = manifest(&spec, Path::new("shop/h")).unwrap_err().to_string();
+        assert!(refusal.contains("memory-mib"), "{refusal}");
+        let spec = json!({"module": {}, "grant": {"resorces": ["v1/Pod"]}});
+        let refusal = manifest(&spec, Path::new("shop/h")).unwrap_err().to_string();
+        assert!(refusal.contains("unknown field `resorces`"), "{refusal}");
+    }
+
+    #[test]
+    fn a_handler_without_namespaces_gets_its_own_in_every_rule() {
+        let spec = confined(json!({"grant": {"resources": ["v1/Pod"],
+            "write": [{"verbs": ["patch"], "resources": ["v1/ConfigMap"]}]}}))
+        .unwrap();
+        assert_eq!(spec["grant"]["namespaces"], json!(["shop"]));
+        assert_eq!(spec["grant"]["write"][0]["namespaces"], json!(["shop"]));
+    }
+
+    #[test]
+    fn another_namespace_or_all_of_them_is_refused_by_name() {
+        let message = refusal(json!({"grant": {"resources": ["v1/Pod"], "namespaces": ["shop", "payments"]}}));
+        assert_eq!(
+            message,
+            "spec.grant.namespaces names payments: a Handler is confined to its own namespace (shop)"
+        );
+        let message = refusal(json!({"grant": {"resources": ["v1/Pod"],
+            "write": [{"verbs": ["patch"], "resources": ["v1/ConfigMap"], "namespaces": ["*"]}]}}));
+        assert!(
+            message.starts_with("spec.grant.write[0].namespaces names *"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_scoped_or_wildcard_kind_is_refused_by_name() {
+        let message = refusal(json!({"grant": {"resources": ["v1/Pod", "v1/Namespace"]}}));
+        assert_eq!(
+            message,
+            "spec.grant.resources: v1/Namespace is cluster-scoped; a Handler reaches only its own namespace"
+        );
+        let message = refusal(json!({"grant": {"resources": ["v1/Pod"],
+            "read": [{"resources": ["v1/Node"]}]}}));
+        assert!(
+            message.starts_with("spec.grant.read[0].resources: v1/Node is cluster-scoped"),
+            "{message}"
+        );
+        assert!(refusal(json!({"grant": {"resources": ["apps/v1/*"]}})).contains("names every kind"));
+        assert!(refusal(json!({"grant": {"resources": ["*"]}})).contains("names every kind"));
+        assert!(refusal(json!({"grant": {}})).starts_with("spec.grant.resources is missing"));
+        assert!(refusal(json!({"grant": {"resources": ["v1/Widget"]}})).contains("not served"));
+        let message = refusal(json!({"grant": {"resources": ["v1/Secret"]}}));
+        assert!(
+            message.starts_with("spec.grant.resources: v1/Secret: a Handler reads the host's cache"),
+            "{message}"
+        );
+        // Writing Secrets goes through its ServiceAccount's RBAC.
+        confined(json!({"grant": {"resources": ["v1/Pod"],
+            "write": [{"verbs": ["patch"], "resources": ["v1/Secret"]}]}}))
+        .unwrap();
+        // A subresource of a namespaced kind is that kind's.
+        confined(json!({"grant": {"resources": ["v1/Pod"],
+            "write": [{"verbs": ["patch"], "resources": ["apps/v1/Deployment/scale"]}]}}))
+        .unwrap();
+    }
+
+    #[test]
+    fn the_kinds_named_are_those_of_every_rule_without_subresources() {
+        let spec = json!({"grant": {"resources": ["v1/Pod", "*"],
+            "write": [{"verbs": ["patch"], "resources": ["apps/v1/Deployment/scale"]}],
+            "read": [{"resources": ["metrics.k8s.io/v1beta1/PodMetrics"]}]}});
+        assert_eq!(
+            kinds_named(&spec),
+            ["v1/Pod", "apps/v1/Deployment", "metrics.k8s.io/v1beta1/PodMetrics"]
+        );
+    }
+
+    #[test]
+    fn http_secrets_and_env_from_another_namespace_are_refused() {
+        let message = refusal(json!({"grant": {"resources": ["v1/Pod"], "http": {"allow": ["https://x"]}}}));
+        assert!(message.contains("no cluster-wide tenant HTTP policy yet"), "{message}");
+        let message = refusal(json!({"grant": {"resources": ["v1/Pod"]},
+            "env": {"URL": {"configmap": "kube-system/urls", "key": "u"}}}));
+        assert_eq!(
+            message,
+            "spec.env.URL: configmap kube-system/urls is outside the Handler's namespace (shop)"
+        );
+        let message = refusal(json!({"grant": {"resources": ["v1/Pod"]},
+            "env": {"TOKEN": {"secret": "shop/token", "key": "t"}}}));
+        assert!(
+            message.starts_with("spec.env.TOKEN: secret shop/token: the host would read it"),
+            "{message}"
+        );
+        confined(json!({"grant": {"resources": ["v1/Pod"]},
+            "env": {"URL": {"configmap": "shop/urls", "key": "u"}, "LEVEL": "info"}}))
+        .unwrap();
+    }
+
+    #[test]
+    fn a_module_is_a_configmap_of_the_handlers_namespace_and_never_an_oci_reference_yet() {
+        let spec = json!({"module": {"configMap": {"name": "m", "key": "plugin.wasm"}}});
+        assert_eq!(
+            module(&spec, Some("shop")).unwrap(),
+            ModuleRef {
+                namespace: "shop".into(),
+                name: "m".into(),
+                key: "plugin.wasm".into()
+            }
+        );
+        let elsewhere = json!({"module": {"configMap": {"name": "m", "key": "k", "namespace": "kube-system"}}});
+        assert!(matches!(module(&elsewhere, Some("shop")), Err(Refusal::Confinement(_))));
+        assert_eq!(module(&elsewhere, None).unwrap().namespace, "kube-system");
+        assert!(matches!(module(&spec, None), Err(Refusal::Module(_))));
+        let oci = json!({"module": {"oci": "registry.example.com/shop/h@sha256:00"}});
+        assert_eq!(module(&oci, Some("shop")), Err(Refusal::Oci));
+    }
+}

@@ -1,0 +1,399 @@
+//! Tenants' handlers as resources: `Handler`s whose modules are in
+//! ConfigMaps of their namespaces, run by the host confined to those
+//! namespaces and acting as their ServiceAccounts, on the emulation with its
+//! RBAC enforced.
+#![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use apiserver_sim::workload::Workload;
+use apiserver_sim::{ApiServer, SimConfig};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kinformer::runtime::{Runtime, RuntimeConfig};
+use kinformer_tests::runtime::{Logs, listed_status, until};
+use kube::Api;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::{Value, json};
+
+/// A server holding namespaces `ns-0` and `ns-1` (ConfigMaps `config-0` and
+/// `config-1` in each) with the Handler CRDs installed as `kinformer crds`
+/// prints them, and nothing changing it.
+async fn tenants_cluster() -> (ApiServer, kube::Client) {
+    let server = ApiServer::start(SimConfig::default().controllers(false)).await.unwrap();
+    Workload::default().size(2, 1, 1).populate(server.store()).unwrap();
+    let client = kube::Client::try_from(server.client_config()).unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for document in kinformer::handlers::CRDS.split("\n---\n") {
+        let crd: CustomResourceDefinition = serde_yaml::from_str(document).expect("the CRDs parse");
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("the emulation accepts the CRDs");
+    }
+    (server, client)
+}
+
+fn handlers(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kinformer.dev", "v1alpha1", "Handler"),
+        "handlers",
+    );
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+/// Stores `module` in ConfigMap `NAMESPACE/name`, key `plugin.wasm`.
+async fn module(client: &kube::Client, namespace: &str, name: &str, module: &[u8]) {
+    let config_map = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            "plugin.wasm".to_owned(),
+            ByteString(module.to_vec()),
+        )])),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &config_map)
+        .await
+        .unwrap();
+}
+
+/// Creates Handler `NAMESPACE/name` with `spec`.
+async fn handler(client: &kube::Client, namespace: &str, name: &str, spec: Value) {
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kinformer.dev/v1alpha1", "kind": "Handler",
+        "metadata": {"name": name, "namespace": namespace}, "spec": spec}))
+    .unwrap();
+    handlers(client, namespace)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("the emulation accepts the Handler");
+}
+
+/// Waits until Handler `NAMESPACE/name`'s status satisfies `done`; returns it.
+async fn status_until(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let api = handlers(client, namespace);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = api.get(name).await.unwrap().data["status"].clone();
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {namespace}/{name}: {what}; its status: {status:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|conditions| conditions.iter().find(|condition| condition["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+/// Grants the ServiceAccount `NAMESPACE/account` `verbs` on ConfigMaps in
+/// its namespace.
+async fn grant_configmaps(client: &kube::Client, namespace: &str, account: &str, verbs: &[&str]) {
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
+        "metadata": {"name": account},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]}))
+    .unwrap();
+    Api::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: k8s_openapi::api::rbac::v1::RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": account},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]}))
+    .unwrap();
+    Api::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+/// The spec of a Handler running the writer test plugin, which merge-patches
+/// ConfigMap `config-0` of its namespace on its first delta.
+fn patching(namespace: &str, account: &str) -> Value {
+    json!({
+        "module": {"configMap": {"name": "writer", "key": "plugin.wasm"}},
+        "serviceAccountName": account,
+        "config": format!("slow:{namespace}"),
+        "grant": {"resources": ["v1/ConfigMap"],
+                  "write": [{"verbs": ["patch"], "resources": ["v1/ConfigMap"]}]},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_handlers_run_in_their_namespaces_as_their_service_accounts() {
+    let (_server, client) = tenants_cluster().await;
+    for namespace in ["ns-0", "ns-1"] {
+        module(
+            &client,
+            namespace,
+            "writer",
+            plugin_artifacts::test_plugin("writer.wasm"),
+        )
+        .await;
+    }
+    module(&client, "ns-0", "logger", plugin_artifacts::DELTA_LOGGER).await;
+    // ns-1's account may patch ConfigMaps; ns-0's may only read them.
+    grant_configmaps(&client, "ns-1", "writer", &["get", "patch"]).await;
+    grant_configmaps(&client, "ns-0", "reader", &["get", "list", "watch"]).await;
+    let logs = Logs::default();
+    let runtime = Runtime::start(
+        client.clone(),
+        RuntimeConfig::default().handlers(true).log_sink(logs.sink()),
+    )
+    .await
+    .unwrap();
+
+    // Two Handlers of one name in two namespaces: two plugins.
+    handler(&client, "ns-0", "patcher", patching("ns-0", "reader")).await;
+    handler(&client, "ns-1", "patcher", patching("ns-1", "writer")).await;
+    handler(
+        &client,
+        "ns-0",
+        "logger",
+        json!({"module": {"configMap": {"name": "logger", "key": "plugin.wasm"}},
+               "config": "v1/ConfigMap", "grant": {"resources": ["v1/ConfigMap"]}}),
+    )
+    .await;
+
+    // A tenant whose account may not patch: the server's 403 is its status.
+    let refused = status_until(&client, "ns-0", "patcher", "the write's 403 in its status", |status| {
+        status["lastError"]
+            .as_str()
+            .is_some_and(|error| error.contains("forbidden"))
+    })
+    .await;
+    let error = refused["lastError"].as_str().unwrap();
+    assert!(
+        error.contains("system:serviceaccount:ns-0:reader") && error.contains("cannot patch"),
+        "the server's words, naming the tenant's account: {error}"
+    );
+    assert_eq!(condition(&refused, "Degraded")["reason"], "WriteFailed");
+    assert_eq!(refused["plugin"], "ns-0.patcher");
+    assert_eq!(
+        refused["digest"].as_str().unwrap(),
+        kinformer::plugin::digest(plugin_artifacts::test_plugin("writer.wasm"))
+    );
+
+    // The other tenant, with patch, goes on: its write is made.
+    let allowed = status_until(&client, "ns-1", "patcher", "Ready", |status| {
+        condition(status, "Ready")["status"] == "True"
+    })
+    .await;
+    assert_eq!(allowed["plugin"], "ns-1.patcher");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "ns-1");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while config_maps
+        .get("config-0")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ns-1's handler never patched config-0"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(listed_status(&runtime, "ns-1.patcher").unwrap().write_errors, 0);
+
+    // The logger sees ConfigMaps of its own namespace only.
+    let ready = status_until(&client, "ns-0", "logger", "Ready with deltas", |status| {
+        condition(status, "Ready")["status"] == "True" && status["deltas"].as_u64() > Some(0)
+    })
+    .await;
+    assert_eq!(condition(&ready, "Ready")["reason"], "Running");
+    let lines = logs.of("ns-0.logger");
+    assert!(lines.iter().any(|line| line.contains(" ns-0/")), "{lines:?}");
+    assert!(!lines.iter().any(|line| line.contains(" ns-1/")), "{lines:?}");
+
+    // Deleting a Handler unloads its plugin; the others run on.
+    handlers(&client, "ns-0")
+        .delete("logger", &DeleteParams::default())
+        .await
+        .unwrap();
+    until(
+        "the deleted Handler's plugin to unload",
+        Duration::from_secs(30),
+        || listed_status(&runtime, "ns-0.logger").is_none(),
+    )
+    .await;
+    assert!(listed_status(&runtime, "ns-1.patcher").is_some());
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_asking_beyond_their_namespace_are_refused_with_a_condition_naming_it() {
+    let (_server, client) = tenants_cluster().await;
+    module(&client, "ns-0", "logger", plugin_artifacts::DELTA_LOGGER).await;
+    // Over 1 MiB: more than `moduleMib: 1` lets in.
+    module(&client, "ns-0", "big", &vec![0; 1_100_000]).await;
+    let runtime = Runtime::start(client.clone(), RuntimeConfig::default().handlers(true))
+        .await
+        .unwrap();
+    let logger =
+        |grant: Value| json!({"module": {"configMap": {"name": "logger", "key": "plugin.wasm"}}, "grant": grant});
+    handler(
+        &client,
+        "ns-0",
+        "wide",
+        logger(json!({"resources": ["v1/Pod"], "namespaces": ["ns-0", "ns-1"]})),
+    )
+    .await;
+    handler(
+        &client,
+        "ns-0",
+        "nodes",
+        logger(json!({"resources": ["v1/Pod", "v1/Namespace"]})),
+    )
+    .await;
+    handler(
+        &client,
+        "ns-0",
+        "outbound",
+        logger(json!({"resources": ["v1/Pod"], "http": {"allow": ["https://example.com"]}})),
+    )
+    .await;
+    handler(
+        &client,
+        "ns-0",
+        "big",
+        json!({"module": {"configMap": {"name": "big", "key": "plugin.wasm"}},
+               "grant": {"resources": ["v1/Pod"]}, "limits": {"moduleMib": 1}}),
+    )
+    .await;
+    handler(
+        &client,
+        "ns-0",
+        "pulled",
+        json!({"module": {"oci": "registry.example.com/shop/logger@sha256:00"}, "grant": {"resources": ["v1/Pod"]}}),
+    )
+    .await;
+    for (name, says) in [
+        (
+            "wide",
+            "spec.grant.namespaces names ns-1: a Handler is confined to its own namespace (ns-0)",
+        ),
+        ("nodes", "spec.grant.resources: v1/Namespace is cluster-scoped"),
+        ("outbound", "no cluster-wide tenant HTTP policy yet"),
+        (
+            "big",
+            "the module is 1100000 bytes, over its limits.moduleMib (1048576 bytes)",
+        ),
+        ("pulled", "this host does not pull modules from registries yet"),
+    ] {
+        let status = status_until(&client, "ns-0", name, "its refusal", |status| {
+            condition(status, "Ready")["reason"] == "Rejected"
+        })
+        .await;
+        let ready = condition(&status, "Ready");
+        assert_eq!(ready["status"], "False");
+        let message = ready["message"].as_str().unwrap();
+        assert!(message.contains(says), "{name}: {message}");
+        assert!(
+            listed_status(&runtime, &format!("ns-0.{name}")).is_none(),
+            "{name} runs"
+        );
+    }
+    // Each refusal is an Event on its Handler too.
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "ns-0",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("events.k8s.io", "v1", "Event")),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed = events.list(&Default::default()).await.unwrap();
+        let rejected = listed
+            .items
+            .iter()
+            .find(|event| event.data["regarding"]["name"] == "wide" && event.data["reason"] == "Rejected");
+        if let Some(event) = rejected {
+            assert_eq!(event.data["regarding"]["kind"], "Handler");
+            assert_eq!(event.data["type"], "Warning");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Rejected Event on Handler wide"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_handler_acts_as_the_host_with_its_module_from_the_namespace_it_names() {
+    let (_server, client) = tenants_cluster().await;
+    module(&client, "ns-1", "writer", plugin_artifacts::test_plugin("writer.wasm")).await;
+    let runtime = Runtime::start(client.clone(), RuntimeConfig::default().handlers(true))
+        .await
+        .unwrap();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kinformer.dev", "v1alpha1", "ClusterHandler"),
+        "clusterhandlers",
+    );
+    let cluster_handlers: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kinformer.dev/v1alpha1", "kind": "ClusterHandler", "metadata": {"name": "audit"},
+        "spec": {"module": {"configMap": {"namespace": "ns-1", "name": "writer", "key": "plugin.wasm"}},
+                 "config": "slow:ns-0",
+                 "grant": {"resources": ["v1/ConfigMap"],
+                           "write": [{"verbs": ["patch"], "resources": ["v1/ConfigMap"], "namespaces": ["ns-0"]}]}}}))
+    .unwrap();
+    cluster_handlers.create(&PostParams::default(), &object).await.unwrap();
+    // No RBAC names it: it writes as the host, in a namespace not its module's.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "ns-0");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while config_maps
+        .get("config-0")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ClusterHandler never patched config-0"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = cluster_handlers.get("audit").await.unwrap().data["status"].clone();
+        if condition(&status, "Ready")["reason"] == "Running" {
+            assert_eq!(status["plugin"], "audit");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ClusterHandler never Ready: {status:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(listed_status(&runtime, "audit").unwrap().write_errors, 0);
+    runtime.shutdown().await;
+}
