@@ -24,7 +24,9 @@ fn hostile() -> Vec<u8> {
 async fn running(runtime: &Runtime, name: &str, digest: &str, reloads: u64) {
     until(
         &format!("{name} to run {}", &digest[..12]),
-        Duration::from_secs(30),
+        // Generous: on two busy cores, a swap waits for its compile and its
+        // initial list behind every other test's plugins.
+        Duration::from_secs(90),
         || {
             listed_status(runtime, name)
                 .is_some_and(|status| status.running_digest.as_deref() == Some(digest) && status.reloads >= reloads)
