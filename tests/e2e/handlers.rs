@@ -138,6 +138,28 @@ fn patching(namespace: &str, account: &str) -> Value {
     })
 }
 
+/// Waits until ConfigMap `config-0` of `namespace` carries labels: the
+/// `patcher` plugin's write landed.
+async fn patched(client: &kube::Client, namespace: &str, within: Duration, who: &str) {
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let deadline = tokio::time::Instant::now() + within;
+    while config_maps
+        .get("config-0")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{who} never patched {namespace}/config-0"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_handlers_run_in_their_namespaces_as_their_service_accounts() {
     let (_server, client) = tenants_cluster().await;
@@ -199,23 +221,7 @@ async fn tenants_handlers_run_in_their_namespaces_as_their_service_accounts() {
     })
     .await;
     assert_eq!(allowed["plugin"], "ns-1.patcher");
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "ns-1");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while config_maps
-        .get("config-0")
-        .await
-        .unwrap()
-        .metadata
-        .labels
-        .unwrap_or_default()
-        .is_empty()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "ns-1's handler never patched config-0"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    patched(&client, "ns-1", Duration::from_secs(30), "ns-1's handler").await;
     assert_eq!(listed_status(&runtime, "ns-1.patcher").unwrap().write_errors, 0);
 
     // The logger sees ConfigMaps of its own namespace only.
@@ -364,23 +370,7 @@ async fn a_cluster_handler_acts_as_the_host_with_its_module_from_the_namespace_i
     .unwrap();
     cluster_handlers.create(&PostParams::default(), &object).await.unwrap();
     // No RBAC names it: it writes as the host, in a namespace not its module's.
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "ns-0");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while config_maps
-        .get("config-0")
-        .await
-        .unwrap()
-        .metadata
-        .labels
-        .unwrap_or_default()
-        .is_empty()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the ClusterHandler never patched config-0"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    patched(&client, "ns-0", Duration::from_secs(60), "the ClusterHandler").await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let status = cluster_handlers.get("audit").await.unwrap().data["status"].clone();
