@@ -138,7 +138,7 @@ pub(super) async fn send(
     )
     .await
     .map_err(|_| HttpError::ConnectionTimeout)?
-    .map_err(|error| request_error(&error))?;
+    .map_err(|error| request_error(&error, deadline))?;
     let report = Arc::new(Mutex::new(None::<Report>));
     let at_deadline = Arc::clone(&report);
     tokio::spawn(async move {
@@ -168,7 +168,7 @@ pub(super) async fn send(
     let response = tokio::time::timeout_at(deadline, sender.send_request(request))
         .await
         .map_err(|_| HttpError::HttpResponseTimeout)?
-        .map_err(|error| request_error(&error))?;
+        .map_err(|error| request_error(&error, deadline))?;
     let status = response.status().as_u16();
     let kept = finish.keep.is_some().then(|| response.headers().clone());
     *report.lock().recover() = Some(Report {
@@ -178,7 +178,9 @@ pub(super) async fn send(
     });
     Ok(response.map(|incoming| {
         Capped {
-            inner: incoming.map_err(|error| request_error(&error)).boxed_unsync(),
+            inner: incoming
+                .map_err(move |error| request_error(&error, deadline))
+                .boxed_unsync(),
             cap: shared.limits.http_response_bytes,
             seen: 0,
             too_large: TooLarge::Response,
@@ -194,12 +196,14 @@ pub(super) async fn send(
 /// read (its default `max_buf_size`), held for the guest until it reads it.
 pub(crate) const RESPONSE_BUFFER_BYTES: usize = 8192 + 4096 * 100;
 
-/// A hyper error as the guest sees it: a body over its cap keeps its code.
-fn request_error(error: &hyper::Error) -> HttpError {
+/// A hyper error as the guest sees it: a body over its cap keeps its code,
+/// and whatever fails once the deadline has passed failed because of it (the
+/// host closed the connection then, and hyper may see the close first).
+fn request_error(error: &hyper::Error, deadline: tokio::time::Instant) -> HttpError {
     let capped = std::error::Error::source(error).and_then(|source| source.downcast_ref::<HttpError>());
     match capped {
         Some(HttpError::HttpRequestBodySize(size)) => HttpError::HttpRequestBodySize(*size),
-        _ if error.is_timeout() => HttpError::HttpResponseTimeout,
+        _ if error.is_timeout() || tokio::time::Instant::now() >= deadline => HttpError::HttpResponseTimeout,
         _ => HttpError::HttpProtocolError,
     }
 }
