@@ -302,7 +302,10 @@ async fn handlers_asking_beyond_their_namespace_are_refused_with_a_condition_nam
             "spec.grant.namespaces names ns-1: a Handler is confined to its own namespace (ns-0)",
         ),
         ("nodes", "spec.grant.resources: v1/Namespace is cluster-scoped"),
-        ("outbound", "no cluster-wide tenant HTTP policy yet"),
+        (
+            "outbound",
+            "the tenant policy lets no Handler reach outside the cluster",
+        ),
         (
             "big",
             "the module is 1100000 bytes, over its limits.moduleMib (1048576 bytes)",
@@ -385,5 +388,130 @@ async fn a_cluster_handler_acts_as_the_host_with_its_module_from_the_namespace_i
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(listed_status(&runtime, "audit").unwrap().write_errors, 0);
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenant_policy_bounds_handlers_http_limits_and_numbers_per_namespace() {
+    let (_server, client) = tenants_cluster().await;
+    let (web, received) = kinformer_tests::http::serve().await;
+    let port = web.port();
+    module(
+        &client,
+        "ns-0",
+        "fetcher",
+        plugin_artifacts::test_plugin("hostile.wasm"),
+    )
+    .await;
+    module(&client, "ns-1", "logger", plugin_artifacts::DELTA_LOGGER).await;
+    let policy = kinformer::handlers::TenantPolicy::parse(&format!(
+        "[http]\nallow = [\"http://127.0.0.1:{port}/ok\"]\nnetworks = [\"127.0.0.0/8\"]\n\
+         [limits]\nmemory-mib = 32\ncpu-millicores = 100\n[handlers]\nper-namespace = 3\n"
+    ))
+    .unwrap();
+    let logs = Logs::default();
+    let runtime = Runtime::start(
+        client.clone(),
+        RuntimeConfig::default()
+            .handlers(true)
+            .tenant_policy(policy)
+            .log_sink(logs.sink()),
+    )
+    .await
+    .unwrap();
+    // Fetches `origin/ok?query` per pod delta, granted `origin/ok`.
+    let fetcher = |origin: &str, query: &str, extra: Value| {
+        let mut spec = json!({"module": {"configMap": {"name": "fetcher", "key": "plugin.wasm"}},
+            "config": format!("fetch={origin}/ok?{query}"),
+            "grant": {"resources": ["v1/Pod"],
+                      "http": {"allow": [format!("{origin}/ok")], "networks": ["127.0.0.1/32"]}}});
+        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        spec
+    };
+    // Inside the policy: it runs, reaches its server, at the policy's CPU share.
+    let inside = format!("http://127.0.0.1:{port}");
+    handler(&client, "ns-0", "notifier", fetcher(&inside, "tenant", json!({}))).await;
+    // Outside it: another port, and more memory than the policy allows.
+    let elsewhere = format!("http://127.0.0.1:{}", port + 1);
+    handler(
+        &client,
+        "ns-0",
+        "elsewhere",
+        fetcher(&elsewhere, "elsewhere", json!({})),
+    )
+    .await;
+    handler(
+        &client,
+        "ns-0",
+        "greedy",
+        fetcher(&inside, "greedy", json!({"limits": {"memoryMib": 64}})),
+    )
+    .await;
+    status_until(&client, "ns-0", "notifier", "Ready", |status| {
+        condition(status, "Ready")["status"] == "True"
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while received.count("?tenant") == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tenant's request never reached its server: {:?}",
+            logs.of("ns-0.notifier")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(listed_status(&runtime, "ns-0.notifier").unwrap().cpu_millicores, 100);
+    for (name, says) in [
+        (
+            "elsewhere",
+            format!("{elsewhere}/ok is outside what the tenant policy allows"),
+        ),
+        (
+            "greedy",
+            "spec.limits.memoryMib is 64: the tenant policy allows at most 32".to_owned(),
+        ),
+    ] {
+        let status = status_until(&client, "ns-0", name, "its refusal", |status| {
+            condition(status, "Ready")["reason"] == "Rejected"
+        })
+        .await;
+        let message = condition(&status, "Ready")["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(&says), "{name}: {message}");
+        assert!(
+            listed_status(&runtime, &format!("ns-0.{name}")).is_none(),
+            "{name} runs"
+        );
+    }
+    assert_eq!(received.count("?elsewhere") + received.count("?greedy"), 0);
+
+    // Three Handlers per namespace: the fourth waits for a place.
+    let logger = json!({"module": {"configMap": {"name": "logger", "key": "plugin.wasm"}},
+                        "grant": {"resources": ["v1/ConfigMap"]}});
+    for name in ["q1", "q2", "q3", "q4"] {
+        handler(&client, "ns-1", name, logger.clone()).await;
+    }
+    let refused = status_until(&client, "ns-1", "q4", "its refusal", |status| {
+        condition(status, "Ready")["reason"] == "Rejected"
+    })
+    .await;
+    let message = condition(&refused, "Ready")["message"].as_str().unwrap();
+    assert!(
+        message.contains("namespace ns-1 runs 3 Handlers, the most the tenant policy allows"),
+        "{message}"
+    );
+    for name in ["q1", "q2", "q3"] {
+        status_until(&client, "ns-1", name, "Ready", |status| {
+            condition(status, "Ready")["status"] == "True"
+        })
+        .await;
+    }
+    handlers(&client, "ns-1")
+        .delete("q1", &DeleteParams::default())
+        .await
+        .unwrap();
+    status_until(&client, "ns-1", "q4", "Ready once q1 is gone", |status| {
+        condition(status, "Ready")["status"] == "True"
+    })
+    .await;
     runtime.shutdown().await;
 }

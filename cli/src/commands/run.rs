@@ -33,6 +33,12 @@ pub(crate) struct Run {
     /// (install their CRDs first: `kinformer crds | kubectl apply -f -`).
     #[arg(long)]
     handlers: bool,
+    /// The platform team's bounds on tenants' Handlers: the HTTP they may
+    /// reach, their highest limits, how many run per namespace (a TOML file;
+    /// see docs/tenants.md). Without it, no Handler reaches outside the
+    /// cluster.
+    #[arg(long, requires = "handlers")]
+    tenant_policy: Option<PathBuf>,
     #[command(flatten)]
     election: ElectionArgs,
     #[command(flatten)]
@@ -45,6 +51,10 @@ impl Run {
             // A stop signal is answered from here on, even while a plugin
             // compiles: the shutdown ends or abandons the compile.
             let stop = kinformer_cli::stop_signal();
+            let tenant_policy = match &self.tenant_policy {
+                Some(path) => kinformer::handlers::TenantPolicy::load(path)?,
+                None => kinformer::handlers::TenantPolicy::default(),
+            };
             let cluster = cluster(self.kubeconfig.as_deref()).await?;
             // Plugins' HTTP never reaches the API server, whatever their grant.
             let mut config = self
@@ -52,7 +62,8 @@ impl Run {
                 .apply(RuntimeConfig::new(self.plugins))
                 .instance(instance())
                 .api_server(&cluster.cluster_url)
-                .handlers(self.handlers);
+                .handlers(self.handlers)
+                .tenant_policy(tenant_policy);
             let client = kube::Client::try_from(cluster)?;
             if let Some(election) = self.election.config(self.namespace.first().map(String::as_str)) {
                 config = config.leader_election(election);

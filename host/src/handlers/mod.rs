@@ -31,6 +31,7 @@
 //! [`MODULE_RECHECK`] passed, and its status patched when it changed, with
 //! an Event when its reason did.
 
+pub mod policy;
 pub mod spec;
 pub mod status;
 
@@ -47,6 +48,7 @@ use serde_json::{Value, json};
 use crate::grant::Identity;
 use crate::manifest::Manifest;
 use crate::runtime::{EmbeddedPlugin, Plugins};
+pub use policy::{PolicyError, TenantPolicy};
 use spec::Refusal;
 use status::Observed;
 
@@ -113,9 +115,9 @@ struct Tracked {
     reason: &'static str,
 }
 
-/// Runs the cluster's Handlers as `plugins` until dropped; `instance` names
-/// this host in their Events.
-pub(crate) async fn run(client: kube::Client, plugins: Plugins, instance: String) {
+/// Runs the cluster's Handlers as `plugins`, tenants' bounded by `policy`,
+/// until dropped; `instance` names this host in their Events.
+pub(crate) async fn run(client: kube::Client, plugins: Plugins, instance: String, policy: TenantPolicy) {
     let mut watches = tokio::task::JoinSet::new();
     let stores: Vec<(Kind, reflector::Store<DynamicObject>)> = [Kind::Handler, Kind::ClusterHandler]
         .into_iter()
@@ -141,6 +143,7 @@ pub(crate) async fn run(client: kube::Client, plugins: Plugins, instance: String
         ),
         tracked: BTreeMap::new(),
         scopes: BTreeMap::new(),
+        policy,
     };
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -161,6 +164,7 @@ struct Controller {
     tracked: BTreeMap<Key, Tracked>,
     /// Discovery's answers: is `apiVersion/Kind` cluster-scoped.
     scopes: BTreeMap<String, bool>,
+    policy: TenantPolicy,
 }
 
 impl Controller {
@@ -168,6 +172,7 @@ impl Controller {
     /// plugins.
     async fn step(&mut self, objects: &[(Kind, std::sync::Arc<DynamicObject>)]) {
         let mut seen = std::collections::BTreeSet::new();
+        let over_quota = self.over_quota(objects);
         for (kind, object) in objects {
             let key = (
                 *kind,
@@ -175,7 +180,8 @@ impl Controller {
                 object.metadata.name.clone().unwrap_or_default(),
             );
             seen.insert(key.clone());
-            self.reconcile(key, object).await;
+            let quota = over_quota.get(&key).cloned();
+            self.reconcile(key, object, quota).await;
         }
         let gone: Vec<Key> = self
             .tracked
@@ -191,17 +197,56 @@ impl Controller {
         }
     }
 
-    async fn reconcile(&mut self, key: Key, object: &DynamicObject) {
+    /// The Handlers of each namespace past the policy's `per-namespace`,
+    /// oldest kept, with their refusal.
+    fn over_quota(&self, objects: &[(Kind, std::sync::Arc<DynamicObject>)]) -> BTreeMap<Key, Refusal> {
+        let Some(allowed) = self.policy.per_namespace() else {
+            return BTreeMap::new();
+        };
+        let mut by_namespace: BTreeMap<&str, Vec<&DynamicObject>> = BTreeMap::new();
+        for (kind, object) in objects {
+            if let (Kind::Handler, Some(namespace)) = (kind, &object.metadata.namespace) {
+                by_namespace.entry(namespace).or_default().push(object);
+            }
+        }
+        let mut over = BTreeMap::new();
+        for (namespace, mut handlers) in by_namespace {
+            handlers.sort_by_key(|object| (object.metadata.creation_timestamp.clone(), object.metadata.name.clone()));
+            for object in handlers.into_iter().skip(allowed) {
+                let key = (
+                    Kind::Handler,
+                    Some(namespace.to_owned()),
+                    object.metadata.name.clone().unwrap_or_default(),
+                );
+                over.insert(
+                    key,
+                    Refusal::Quota {
+                        namespace: namespace.to_owned(),
+                        allowed,
+                    },
+                );
+            }
+        }
+        over
+    }
+
+    async fn reconcile(&mut self, key: Key, object: &DynamicObject, quota: Option<Refusal>) {
         let generation = object.metadata.generation.unwrap_or_default();
         let now = tokio::time::Instant::now();
         let due = self.tracked.get(&key).is_none_or(|tracked| {
-            tracked.generation != generation || now.duration_since(tracked.module_read) >= MODULE_RECHECK
+            let quota_changed = match (&quota, &tracked.refusal) {
+                (Some(_), refusal) => refusal != &quota,
+                (None, refusal) => matches!(refusal, Some(Refusal::Quota { .. })),
+            };
+            quota_changed
+                || tracked.generation != generation
+                || now.duration_since(tracked.module_read) >= MODULE_RECHECK
         });
         if due {
             let plugin = plugin_name(&key);
-            let desired = match &plugin {
-                Ok(plugin) => self.desired(&key, plugin, object).await,
-                Err(refusal) => Err(Unknown::Refused(refusal.clone())),
+            let desired = match (&plugin, &quota) {
+                (Err(refusal), _) | (Ok(_), Some(refusal)) => Err(Unknown::Refused(refusal.clone())),
+                (Ok(plugin), None) => self.desired(&key, plugin, object).await,
             };
             if let Err(Unknown::Unavailable(why)) = &desired {
                 tracing::warn!(handler = %key.2, why = %why, "cannot read a Handler's module or kinds now; asking again");
@@ -278,9 +323,11 @@ impl Controller {
                     .copied()
                     .ok_or_else(|| "the API server does not serve it".to_owned())
             })?;
+            self.policy.bound_limits(&mut spec)?;
         }
         let mut manifest = spec::manifest(&spec, std::path::Path::new(plugin))?;
         if let Some(namespace) = namespace {
+            self.policy.check_http(&manifest)?;
             let account = spec["serviceAccountName"].as_str().unwrap_or("default");
             manifest.identity = Some(Identity::service_account(namespace, account));
         }

@@ -11,7 +11,7 @@
 //! | another namespace, or `*` | refused: names it |
 //! | no `grant.resources`, or a pattern with a wildcard kind | refused: it would take cluster-scoped kinds |
 //! | a cluster-scoped kind (discovery says) | refused: names it |
-//! | `grant.http` | refused: no cluster-wide tenant HTTP policy yet |
+//! | `grant.http` | bounded by the tenant policy ([`super::policy`]) |
 //! | `v1/Secret` in `grant.resources` | refused: its cache reads are not bounded by its ServiceAccount |
 //! | an `env` Secret (the host would read it, not its ServiceAccount) | refused |
 //! | an `env` ConfigMap of another namespace | refused: names it |
@@ -38,6 +38,18 @@ pub enum Refusal {
     /// Its module cannot be read.
     #[error("{0}")]
     Module(String),
+    /// It asks for more than the tenant policy allows.
+    #[error("{0}")]
+    Policy(String),
+    /// Its namespace already runs as many Handlers as the tenant policy
+    /// allows, all older than it.
+    #[error("namespace {namespace} runs {allowed} Handlers, the most the tenant policy allows; this one is newer")]
+    Quota {
+        /// Its namespace.
+        namespace: String,
+        /// The policy's `per-namespace`.
+        allowed: usize,
+    },
 }
 
 /// Where a Handler's module is: a key of a ConfigMap's `binaryData`.
@@ -109,13 +121,6 @@ pub fn confine(
     let Some(grant) = grant.as_object_mut() else {
         return refuse("spec.grant is not an object".to_owned());
     };
-    if grant.contains_key("http") {
-        return refuse(
-            "spec.grant.http: a Handler may not reach outside the cluster until the platform team can \
-             bound tenants' HTTP (no cluster-wide tenant HTTP policy yet); use a ClusterHandler"
-                .to_owned(),
-        );
-    }
     own_namespaces(grant, "spec.grant", namespace)?;
     let Some(resources) = grant.get("resources") else {
         return refuse(format!(
@@ -279,7 +284,7 @@ fn toml_text(spec: &Value) -> Result<String, String> {
 }
 
 /// `callTimeoutMs` → `call-timeout-ms`.
-fn kebab(key: &str) -> String {
+pub(super) fn kebab(key: &str) -> String {
     let mut kebab = String::with_capacity(key.len() + 4);
     for c in key.chars() {
         if c.is_ascii_uppercase() {
@@ -453,9 +458,7 @@ mod tests {
     }
 
     #[test]
-    fn http_secrets_and_env_from_another_namespace_are_refused() {
-        let message = refusal(json!({"grant": {"resources": ["v1/Pod"], "http": {"allow": ["https://x"]}}}));
-        assert!(message.contains("no cluster-wide tenant HTTP policy yet"), "{message}");
+    fn secrets_and_env_from_another_namespace_are_refused() {
         let message = refusal(json!({"grant": {"resources": ["v1/Pod"]},
             "env": {"URL": {"configmap": "kube-system/urls", "key": "u"}}}));
         assert_eq!(

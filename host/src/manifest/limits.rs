@@ -150,9 +150,8 @@ macro_rules! limits {
         };
 
         /// Every key of `[limits]` in the manifest's order, with its default
-        /// and range, for the tests that hold the reference to them.
-        #[cfg(test)]
-        pub(super) const KEYS: &[(&str, u64, RangeInclusive<u64>)] = &[$(($key, $default, $range),)*];
+        /// and range, in the manifest's units.
+        pub const KEYS: &[(&str, u64, RangeInclusive<u64>)] = &[$(($key, $default, $range),)*];
     };
 }
 

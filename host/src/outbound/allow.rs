@@ -274,6 +274,34 @@ impl AllowedUrl {
     }
 }
 
+impl AllowedUrl {
+    /// True when every request `other` allows, this entry allows too: the
+    /// same scheme and port, a host pattern at least as wide, a path prefix
+    /// at most as deep.
+    #[must_use]
+    pub fn covers(&self, other: &Self) -> bool {
+        let under_suffix = |name: &str, suffix: &str| {
+            name.strip_suffix(suffix)
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
+        };
+        let host = match (&self.host, &other.host) {
+            (HostPattern::Any, _) => true,
+            (HostPattern::Exact(mine), HostPattern::Exact(theirs)) => mine == theirs,
+            (HostPattern::Subdomains(mine), HostPattern::Exact(Host::Name(name))) => under_suffix(name, mine),
+            (HostPattern::Subdomains(mine), HostPattern::Subdomains(theirs)) => {
+                mine == theirs || under_suffix(theirs, mine)
+            }
+            _ => false,
+        };
+        let path = match (&self.path_prefix, &other.path_prefix) {
+            (None, _) => true,
+            (Some(mine), Some(theirs)) => under(theirs, mine),
+            (Some(_), None) => false,
+        };
+        self.scheme == other.scheme && self.port == other.port && host && path
+    }
+}
+
 impl fmt::Display for AllowedUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)

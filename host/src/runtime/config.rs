@@ -61,6 +61,10 @@ pub struct RuntimeConfig {
     /// ([`crate::handlers`]): their CRDs must be installed
     /// ([`crate::handlers::CRDS`]).
     pub handlers: bool,
+    /// The bounds on tenants' (namespaced) Handlers
+    /// ([`crate::handlers::policy`]); by default only that none reaches
+    /// outside the cluster.
+    pub tenant_policy: crate::handlers::TenantPolicy,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -84,6 +88,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("api_server", &self.api_server)
             .field("resolver", &self.resolver)
             .field("handlers", &self.handlers)
+            .field("tenant_policy", &self.tenant_policy)
             .finish()
     }
 }
@@ -182,6 +187,13 @@ impl RuntimeConfig {
         self
     }
 
+    /// Sets [`RuntimeConfig::tenant_policy`].
+    #[must_use]
+    pub fn tenant_policy(mut self, policy: crate::handlers::TenantPolicy) -> Self {
+        self.tenant_policy = policy;
+        self
+    }
+
     /// Sets [`RuntimeConfig::log_sink`].
     #[must_use]
     pub fn log_sink(mut self, sink: LogSink) -> Self {
@@ -211,6 +223,7 @@ impl Default for RuntimeConfig {
             api_server: Vec::new(),
             resolver: crate::outbound::Resolver::default(),
             handlers: false,
+            tenant_policy: crate::handlers::TenantPolicy::default(),
         }
     }
 }

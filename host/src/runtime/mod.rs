@@ -262,6 +262,7 @@ impl Runtime {
                 supervisor.factory.client().clone(),
                 Plugins(Arc::downgrade(&supervisor)),
                 config.instance.clone().unwrap_or_else(|| "kinformer".to_owned()),
+                config.tenant_policy.clone(),
             ))
         });
         let mut runtime = Self {
