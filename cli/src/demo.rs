@@ -13,6 +13,7 @@ use apiserver_sim::workload::{Load, Workload};
 use apiserver_sim::{ApiServer, SimConfig};
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kinformer::runtime::{PluginStatus, Runtime, RuntimeConfig};
 use kube::api::{ObjectMeta, PostParams};
 
@@ -37,6 +38,9 @@ pub enum Error {
     /// The emulated cluster refused the workload.
     #[error("the emulated cluster refused the workload")]
     Workload(#[source] apiserver_sim::status::ApiError),
+    /// The demo's tenant objects do not parse (a defect of the demo).
+    #[error("the demo's tenant: {0}")]
+    Tenant(String),
     /// The client could not talk to the emulated cluster.
     #[error("talking to the emulated cluster")]
     Kube(#[source] kube::Error),
@@ -184,6 +188,11 @@ pub async fn run(config: &DemoConfig) -> Result<Vec<PluginStatus>, Error> {
         Some(dir) => webhook_for_notifier(dir, &client).await?,
         None => None,
     };
+    if let Some(dir) = &config.runtime.plugins
+        && tenant_for_logger(dir, &client).await?
+    {
+        runtime_config = runtime_config.handlers(true);
+    }
     let signal = config.duration.is_none().then(crate::stop_signal);
     let runtime = Runtime::launch(client, runtime_config).await?;
     match (config.duration, signal) {
@@ -279,4 +288,66 @@ async fn webhook_for_notifier(dir: &Path, client: &kube::Client) -> Result<Optio
     secrets.create(&create, &secret).await.map_err(Error::Kube)?;
     tracing::info!(url = %base, "notifier posts to the demo's webhook; it logs each message it receives");
     Ok(Some(served))
+}
+
+/// When `dir` holds delta-logger: a tenant, as a team would set itself up
+/// (docs/tenants.md) — namespace `shop` with a Deployment, its ServiceAccount
+/// `shop-handlers`, and a `Handler` `pod-logger` running delta-logger from a
+/// ConfigMap of `shop` on the namespace's pods. Installs the Handler CRDs
+/// first; true when the tenant is there.
+async fn tenant_for_logger(dir: &Path, client: &kube::Client) -> Result<bool, Error> {
+    let Ok(module) = std::fs::read(dir.join("delta-logger.wasm")) else {
+        return Ok(false);
+    };
+    let create = PostParams::default();
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    for document in kinformer::handlers::CRDS.split("\n---\n") {
+        let crd: CustomResourceDefinition =
+            serde_yaml::from_str(document).map_err(|error| Error::Tenant(error.to_string()))?;
+        crds.create(&create, &crd).await.map_err(Error::Kube)?;
+    }
+    let objects: [(&str, serde_json::Value); 5] = [
+        ("v1/Namespace", serde_json::json!({"metadata": {"name": "shop"}})),
+        (
+            "v1/ServiceAccount",
+            serde_json::json!({"metadata": {"name": "shop-handlers", "namespace": "shop"}}),
+        ),
+        (
+            "v1/ConfigMap",
+            serde_json::json!({"metadata": {"name": "pod-logger", "namespace": "shop"},
+                "binaryData": {"plugin.wasm": k8s_openapi::ByteString(module)}}),
+        ),
+        (
+            "apps/v1/Deployment",
+            serde_json::json!({"metadata": {"name": "storefront", "namespace": "shop"},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "storefront"}},
+                    "template": {"metadata": {"labels": {"app": "storefront"}},
+                        "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}),
+        ),
+        (
+            "kinformer.dev/v1alpha1/Handler",
+            serde_json::json!({"metadata": {"name": "pod-logger", "namespace": "shop"},
+                "spec": {"module": {"configMap": {"name": "pod-logger", "key": "plugin.wasm"}},
+                    "serviceAccountName": "shop-handlers", "grant": {"resources": ["v1/Pod"]}}}),
+        ),
+    ];
+    for (kind, mut object) in objects {
+        let (api_version, kind) = kind.rsplit_once('/').unwrap_or_default();
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        object["apiVersion"] = api_version.into();
+        object["kind"] = kind.into();
+        let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, kind));
+        let api: kube::Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(namespace) => kube::Api::namespaced_with(client.clone(), namespace, &resource),
+            None => kube::Api::all_with(client.clone(), &resource),
+        };
+        let object: kube::api::DynamicObject =
+            serde_json::from_value(object).map_err(|error| Error::Tenant(error.to_string()))?;
+        api.create(&create, &object).await.map_err(Error::Kube)?;
+    }
+    tracing::info!(
+        "tenant `shop` runs delta-logger as Handler pod-logger: try `kubectl get handlers -A` and \
+         `kubectl -n shop describe handler pod-logger`"
+    );
+    Ok(true)
 }

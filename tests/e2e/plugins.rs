@@ -398,13 +398,24 @@ async fn the_demo_runs_the_example_plugins_against_the_emulated_cluster() {
         "{pod_deltas:#?}"
     );
     assert!(
-        initial.iter().all(|line| line.starts_with("Added Pod ns-")),
+        initial
+            .iter()
+            .all(|line| line.starts_with("Added Pod ns-") || line.starts_with("Added Pod shop/")),
         "{initial:#?}"
     );
     assert!(
         pod_deltas.len() > 12,
         "no live pod deltas after the initial list: {pod_deltas:#?}"
     );
+
+    // The demo's tenant: its Handler runs delta-logger on its namespace's
+    // pods only, as plugin `shop.pod-logger`.
+    let tenant = logs("shop.pod-logger");
+    assert!(
+        tenant.iter().any(|line| line.starts_with("Added Pod shop/storefront-")),
+        "{tenant:#?}"
+    );
+    assert!(tenant.iter().all(|line| !line.contains(" ns-")), "{tenant:#?}");
 
     // Every HPA of the workload was evaluated, and since delivery waits for the
     // pod and deployment caches to sync, the first evaluation already finds pods.
