@@ -61,6 +61,9 @@ pub struct RuntimeConfig {
     /// ([`crate::handlers`]): their CRDs must be installed
     /// ([`crate::handlers::CRDS`]).
     pub handlers: bool,
+    /// How Handlers' OCI modules are pulled; their disk cache is
+    /// `modules/` of the engine's `cache_dir` unless this names one.
+    pub pull: crate::handlers::oci::PullConfig,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -84,6 +87,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("api_server", &self.api_server)
             .field("resolver", &self.resolver)
             .field("handlers", &self.handlers)
+            .field("pull", &self.pull)
             .finish()
     }
 }
@@ -182,6 +186,13 @@ impl RuntimeConfig {
         self
     }
 
+    /// Sets [`RuntimeConfig::pull`].
+    #[must_use]
+    pub fn pull(mut self, pull: crate::handlers::oci::PullConfig) -> Self {
+        self.pull = pull;
+        self
+    }
+
     /// Sets [`RuntimeConfig::log_sink`].
     #[must_use]
     pub fn log_sink(mut self, sink: LogSink) -> Self {
@@ -211,6 +222,7 @@ impl Default for RuntimeConfig {
             api_server: Vec::new(),
             resolver: crate::outbound::Resolver::default(),
             handlers: false,
+            pull: crate::handlers::oci::PullConfig::default(),
         }
     }
 }
