@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use kinformer::handlers::oci::PullConfig;
 use kinformer::leader::LeaderElectionConfig;
 use kinformer::{PluginState, Runtime, RuntimeConfig};
 
@@ -33,6 +34,17 @@ pub(crate) struct Run {
     /// (install their CRDs first: `kinformer crds | kubectl apply -f -`).
     #[arg(long)]
     handlers: bool,
+    /// Let a Handler's `spec.module.oci` name a tag, resolved to a digest at
+    /// each pull (default: digests only, `REPOSITORY@sha256:...`).
+    #[arg(long, requires = "handlers")]
+    allow_tags: bool,
+    /// Pull Handlers' modules from this registry (HOST:PORT) over plain
+    /// HTTP; repeat for several.
+    #[arg(long, requires = "handlers")]
+    insecure_registry: Vec<String>,
+    /// The longest one module pull may take.
+    #[arg(long, default_value = "30s", value_parser = duration, requires = "handlers")]
+    pull_timeout: Duration,
     #[command(flatten)]
     election: ElectionArgs,
     #[command(flatten)]
@@ -52,7 +64,14 @@ impl Run {
                 .apply(RuntimeConfig::new(self.plugins))
                 .instance(instance())
                 .api_server(&cluster.cluster_url)
-                .handlers(self.handlers);
+                .handlers(self.handlers)
+                .pull(
+                    self.insecure_registry
+                        .into_iter()
+                        .fold(PullConfig::default(), PullConfig::insecure_registry)
+                        .allow_tags(self.allow_tags)
+                        .timeout(self.pull_timeout),
+                );
             let client = kube::Client::try_from(cluster)?;
             if let Some(election) = self.election.config(self.namespace.first().map(String::as_str)) {
                 config = config.leader_election(election);
