@@ -393,12 +393,12 @@ impl Controller {
                     return Err(Unknown::Pulling(pull.failed.clone()));
                 }
                 Some(task) => {
-                    let result = task
-                        .await
-                        .unwrap_or_else(|error| Err(PullError::Unavailable {
+                    let result = task.await.unwrap_or_else(|error| {
+                        Err(PullError::Unavailable {
                             reference: reference.clone(),
                             error: format!("the pull ended: {error}"),
-                        }));
+                        })
+                    });
                     match result {
                         Ok(pulled) => {
                             self.pulls.remove(&key);
@@ -459,7 +459,11 @@ impl Controller {
 
     /// The registry credentials of `pull_secret` (namespace and name) for
     /// `reference`'s registry; anonymous without one.
-    async fn credentials(&self, reference: &str, pull_secret: Option<&(String, String)>) -> Result<Credentials, Unknown> {
+    async fn credentials(
+        &self,
+        reference: &str,
+        pull_secret: Option<&(String, String)>,
+    ) -> Result<Credentials, Unknown> {
         let Some((namespace, name)) = pull_secret else {
             return Ok(Credentials::Anonymous);
         };
@@ -479,9 +483,8 @@ impl Controller {
             .data
             .and_then(|mut data| data.remove(".dockerconfigjson"))
             .ok_or_else(|| missing("has no .dockerconfigjson"))?;
-        Credentials::from_docker_config(&config.0, &registry).map_err(|error| {
-            Unknown::Refused(Refusal::Pull(PullError::Credentials(format!("{where_}: {error}"))))
-        })
+        Credentials::from_docker_config(&config.0, &registry)
+            .map_err(|error| Unknown::Refused(Refusal::Pull(PullError::Credentials(format!("{where_}: {error}")))))
     }
 
     async fn config_map_bytes(&self, module: &spec::ModuleRef, limit: u64) -> Result<Vec<u8>, Unknown> {

@@ -147,8 +147,8 @@ impl Credentials {
     /// When the config is not JSON, or its entry for `registry` is broken.
     pub fn from_docker_config(config: &[u8], registry: &str) -> Result<Self, PullError> {
         let broken = |why: String| PullError::Credentials(why);
-        let config: serde_json::Value =
-            serde_json::from_slice(config).map_err(|error| broken(format!(".dockerconfigjson is not JSON: {error}")))?;
+        let config: serde_json::Value = serde_json::from_slice(config)
+            .map_err(|error| broken(format!(".dockerconfigjson is not JSON: {error}")))?;
         let Some(auths) = config["auths"].as_object() else {
             return Ok(Self::Anonymous);
         };
@@ -156,7 +156,11 @@ impl Credentials {
             let key = key.split_once("://").map_or(key, |(_, rest)| rest);
             key.split('/').next().unwrap_or(key).to_owned()
         };
-        let Some(entry) = auths.iter().find(|(key, _)| host_of(key) == registry).map(|(_, entry)| entry) else {
+        let Some(entry) = auths
+            .iter()
+            .find(|(key, _)| host_of(key) == registry)
+            .map(|(_, entry)| entry)
+        else {
             return Ok(Self::Anonymous);
         };
         if let (Some(username), Some(password)) = (entry["username"].as_str(), entry["password"].as_str()) {
@@ -541,10 +545,12 @@ async fn read_layer(
 
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut hex, byte| {
-        let _infallible = write!(hex, "{byte:02x}");
-        hex
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut hex, byte| {
+            let _infallible = write!(hex, "{byte:02x}");
+            hex
+        })
 }
 
 /// Pulled modules by manifest digest: in memory, and on disk when there is
@@ -685,11 +691,7 @@ pub async fn push(
         .await
         .map_err(registry)?;
     client
-        .push_manifest_raw(
-            &parsed,
-            manifest,
-            http::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE),
-        )
+        .push_manifest_raw(&parsed, manifest, http::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE))
         .await
         .map_err(registry)?;
     Ok(format!(
@@ -745,7 +747,13 @@ mod tests {
         );
         let broken = br#"{"auths": {"r.example.com": {"auth": "not base64!"}}}"#;
         assert!(Credentials::from_docker_config(broken, "r.example.com").is_err());
-        assert!(!format!("{:?}", Credentials::from_docker_config(config, "127.0.0.1:5000").unwrap()).contains("pw"));
+        assert!(
+            !format!(
+                "{:?}",
+                Credentials::from_docker_config(config, "127.0.0.1:5000").unwrap()
+            )
+            .contains("pw")
+        );
     }
 
     #[test]

@@ -544,7 +544,8 @@ mod tests {
                 pull_secret: Some(("shop".into(), "pull".into()))
             }
         );
-        let foreign = json!({"module": {"oci": "r.example.com/h:v1", "pullSecret": {"name": "p", "namespace": "other"}}});
+        let foreign =
+            json!({"module": {"oci": "r.example.com/h:v1", "pullSecret": {"name": "p", "namespace": "other"}}});
         assert!(matches!(module(&foreign, Some("shop")), Err(Refusal::Confinement(_))));
         assert!(matches!(module(&foreign, None).unwrap(),
             ModuleSource::Oci { pull_secret: Some((namespace, _)), .. } if namespace == "other"));

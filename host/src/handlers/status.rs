@@ -227,12 +227,18 @@ mod tests {
         }));
         assert_eq!((mismatch.ready, mismatch.reason), (false, "DigestMismatch"));
         let pulling = Observed::pulling("r@sha256:a");
-        assert_eq!((pulling.ready, pulling.degraded, pulling.reason), (false, false, "Pulling"));
+        assert_eq!(
+            (pulling.ready, pulling.degraded, pulling.reason),
+            (false, false, "Pulling")
+        );
         let failed = Observed::pull_failed(&PullError::TimedOut {
             reference: "r".into(),
             timeout: std::time::Duration::from_secs(2),
         });
-        assert_eq!((failed.ready, failed.degraded, failed.reason), (false, true, "PullFailed"));
+        assert_eq!(
+            (failed.ready, failed.degraded, failed.reason),
+            (false, true, "PullFailed")
+        );
     }
 
     #[test]
