@@ -110,6 +110,17 @@ enum Unknown {
     Pulling(Option<PullError>),
 }
 
+impl Unknown {
+    /// A pull under way or waiting to be tried again, its last attempt
+    /// `failed`: a refusal stays one until a pull succeeds.
+    fn retrying(failed: Option<PullError>) -> Self {
+        match failed {
+            Some(error) if !error.is_transient() => Self::Refused(Refusal::Pull(error)),
+            failed => Self::Pulling(failed),
+        }
+    }
+}
+
 impl From<Refusal> for Unknown {
     fn from(refusal: Refusal) -> Self {
         Self::Refused(refusal)
@@ -390,7 +401,7 @@ impl Controller {
             match pull.task.take() {
                 Some(task) if !task.is_finished() => {
                     pull.task = Some(task);
-                    return Err(Unknown::Pulling(pull.failed.clone()));
+                    return Err(Unknown::retrying(pull.failed.clone()));
                 }
                 Some(task) => {
                     let result = task.await.unwrap_or_else(|error| {
@@ -419,10 +430,7 @@ impl Controller {
                     }
                 }
                 None if now < pull.retry_at => {
-                    return Err(match pull.failed.clone() {
-                        Some(error) if !error.is_transient() => Unknown::Refused(Refusal::Pull(error)),
-                        failed => Unknown::Pulling(failed),
-                    });
+                    return Err(Unknown::retrying(pull.failed.clone()));
                 }
                 None => {}
             }
@@ -454,7 +462,7 @@ impl Controller {
             retry_at: now,
         });
         pull.task = Some(task);
-        Err(Unknown::Pulling(pull.failed.clone()))
+        Err(Unknown::retrying(pull.failed.clone()))
     }
 
     /// The registry credentials of `pull_secret` (namespace and name) for
