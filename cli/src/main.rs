@@ -62,6 +62,7 @@ enum Command {
     New(commands::new::New),
     Check(commands::check::Check),
     Crds(commands::crds::Crds),
+    Push(commands::push::Push),
 }
 
 fn main() -> ExitCode {
@@ -114,5 +115,6 @@ fn run(command: Command) -> anyhow::Result<u8> {
         Command::New(command) => command.run(),
         Command::Check(command) => command.run(),
         Command::Crds(command) => command.run(),
+        Command::Push(command) => command.run(),
     }
 }

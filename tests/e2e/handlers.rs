@@ -12,6 +12,7 @@ use apiserver_sim::{ApiServer, SimConfig};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kinformer::handlers::oci::{Credentials, PullConfig};
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_tests::runtime::{Logs, listed_status, until};
 use kube::Api;
@@ -289,13 +290,6 @@ async fn handlers_asking_beyond_their_namespace_are_refused_with_a_condition_nam
                "grant": {"resources": ["v1/Pod"]}, "limits": {"moduleMib": 1}}),
     )
     .await;
-    handler(
-        &client,
-        "ns-0",
-        "pulled",
-        json!({"module": {"oci": "registry.example.com/shop/logger@sha256:00"}, "grant": {"resources": ["v1/Pod"]}}),
-    )
-    .await;
     for (name, says) in [
         (
             "wide",
@@ -310,7 +304,6 @@ async fn handlers_asking_beyond_their_namespace_are_refused_with_a_condition_nam
             "big",
             "the module is 1100000 bytes, over its limits.moduleMib (1048576 bytes)",
         ),
-        ("pulled", "this host does not pull modules from registries yet"),
     ] {
         let status = status_until(&client, "ns-0", name, "its refusal", |status| {
             condition(status, "Ready")["reason"] == "Rejected"
@@ -388,6 +381,402 @@ async fn a_cluster_handler_acts_as_the_host_with_its_module_from_the_namespace_i
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(listed_status(&runtime, "audit").unwrap().write_errors, 0);
+    runtime.shutdown().await;
+}
+
+/// The CNCF distribution registry (Debian's `docker-registry`) on a free
+/// loopback port, its storage a temporary directory; killed on drop.
+struct Registry {
+    process: std::process::Child,
+    address: String,
+    _storage: tempfile::TempDir,
+}
+
+impl Registry {
+    async fn start() -> Self {
+        let binary = std::path::Path::new("/usr/bin/docker-registry");
+        assert!(
+            binary.exists(),
+            "/usr/bin/docker-registry is missing: .ci/run installs it (apt-get install docker-registry)"
+        );
+        let storage = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address = format!("127.0.0.1:{port}");
+        let config = storage.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {address}\n",
+                storage.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let process = std::process::Command::new(binary)
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("docker-registry starts");
+        let registry = Self {
+            process,
+            address,
+            _storage: storage,
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(&registry.address).await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "docker-registry never listened on {}",
+                registry.address
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        registry
+    }
+
+    /// Pushes `module` to `REGISTRY/repository`, as `kinformer push` does;
+    /// returns the pinned reference.
+    async fn push(&self, module: &[u8], repository: &str) -> String {
+        kinformer::handlers::oci::push(
+            module,
+            &format!("{}/{repository}", self.address),
+            &Credentials::Anonymous,
+            &PullConfig::default().insecure_registry(&self.address),
+        )
+        .await
+        .expect("the registry takes the push")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// The spec of a Handler running the delta logger from `oci`.
+fn pulled_logger(oci: &str) -> Value {
+    json!({"module": {"oci": oci}, "config": "v1/ConfigMap", "grant": {"resources": ["v1/ConfigMap"]}})
+}
+
+fn pulling(registry: &str) -> RuntimeConfig {
+    RuntimeConfig::default()
+        .handlers(true)
+        .tenant_policy(pulls_from(registry))
+        .pull(PullConfig::default().insecure_registry(registry))
+}
+
+/// A tenant policy that lets modules be pulled from `registry` only.
+fn pulls_from(registry: &str) -> kinformer::handlers::TenantPolicy {
+    kinformer::handlers::TenantPolicy::parse(&format!("[registries]\nallow = [\"{registry}\"]\n")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_pulled_by_digest_from_a_registry_runs_and_a_second_pull_is_the_cache() {
+    let (_server, client) = tenants_cluster().await;
+    let registry = Registry::start().await;
+    let pinned = registry.push(plugin_artifacts::DELTA_LOGGER, "shop/logger:v1").await;
+    let digest = pinned.rsplit_once('@').unwrap().1.to_owned();
+    assert!(
+        pinned.starts_with(&format!("{}/shop/logger@sha256:", registry.address)),
+        "{pinned}"
+    );
+    let logs = Logs::default();
+    let runtime = Runtime::start(client.clone(), pulling(&registry.address).log_sink(logs.sink()))
+        .await
+        .unwrap();
+    handler(&client, "ns-0", "logger", pulled_logger(&pinned)).await;
+    let ready = status_until(&client, "ns-0", "logger", "Ready with deltas", |status| {
+        condition(status, "Ready")["status"] == "True" && status["deltas"].as_u64() > Some(0)
+    })
+    .await;
+    assert_eq!(ready["digest"], digest.as_str());
+    assert!(logs.of("ns-0.logger").iter().any(|line| line.contains(" ns-0/")));
+
+    // A registry the tenant policy does not list is never asked: here, a
+    // cloud's metadata service named as one.
+    let metadata = format!("169.254.169.254/latest/meta-data@sha256:{}", "0".repeat(64));
+    handler(&client, "ns-0", "metadata", pulled_logger(&metadata)).await;
+    let refused = status_until(&client, "ns-0", "metadata", "its refusal", |status| {
+        condition(status, "Ready")["reason"] == "Rejected"
+    })
+    .await;
+    let message = condition(&refused, "Ready")["message"].as_str().unwrap();
+    assert!(
+        message.contains("registry 169.254.169.254 is not one the tenant policy lets modules be pulled from"),
+        "{message}"
+    );
+
+    // A pull secret is read as the Handler's ServiceAccount: `default` of
+    // ns-0 may read no Secret, so this one is not the host's to use.
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "regcred"}, "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": format!(
+            "{{\"auths\": {{\"{}\": {{\"username\": \"u\", \"password\": \"p\"}}}}}}", registry.address)}}))
+    .unwrap();
+    Api::namespaced(client.clone(), "ns-0")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    // (A digest not pulled yet: a cached one needs no credentials.)
+    let unpulled = registry.push(plugin_artifacts::NODE_WATCHER, "shop/private:v1").await;
+    let mut private = pulled_logger(&unpulled);
+    private["module"]["pullSecret"] = json!({"name": "regcred"});
+    handler(&client, "ns-0", "private", private).await;
+    let unread = status_until(&client, "ns-0", "private", "the Secret unread", |status| {
+        condition(status, "Ready")["reason"] == "PullFailed"
+    })
+    .await;
+    let message = condition(&unread, "Ready")["message"].as_str().unwrap();
+    assert!(
+        message.contains("Secret ns-0/regcred is not readable")
+            && message.contains("system:serviceaccount:ns-0:default"),
+        "{message}"
+    );
+
+    // The registry gone, one more Handler of that digest runs from the cache.
+    drop(registry);
+    handler(&client, "ns-1", "logger", pulled_logger(&pinned)).await;
+    let cached = status_until(&client, "ns-1", "logger", "Ready from the cache", |status| {
+        condition(status, "Ready")["status"] == "True"
+    })
+    .await;
+    assert_eq!(cached["digest"], digest.as_str());
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_is_refused_unless_the_host_allows_tags_and_then_it_reads_as_its_digest() {
+    let (_server, client) = tenants_cluster().await;
+    let registry = Registry::start().await;
+    let pinned = registry.push(plugin_artifacts::DELTA_LOGGER, "shop/logger:v1").await;
+    let tagged = format!("{}/shop/logger:v1", registry.address);
+    let runtime = Runtime::start(client.clone(), pulling(&registry.address))
+        .await
+        .unwrap();
+    handler(&client, "ns-0", "tagged", pulled_logger(&tagged)).await;
+    let refused = status_until(&client, "ns-0", "tagged", "TagRefused", |status| {
+        condition(status, "Ready")["reason"] == "TagRefused"
+    })
+    .await;
+    let message = condition(&refused, "Ready")["message"].as_str().unwrap();
+    assert!(message.contains("--allow-tags"), "{message}");
+    assert!(listed_status(&runtime, "ns-0.tagged").is_none());
+    runtime.shutdown().await;
+
+    let config = RuntimeConfig::default()
+        .handlers(true)
+        .tenant_policy(pulls_from(&registry.address))
+        .pull(
+            PullConfig::default()
+                .insecure_registry(&registry.address)
+                .allow_tags(true),
+        );
+    let runtime = Runtime::start(client.clone(), config).await.unwrap();
+    let ready = status_until(&client, "ns-0", "tagged", "Ready, the tag resolved", |status| {
+        condition(status, "Ready")["status"] == "True"
+    })
+    .await;
+    assert_eq!(ready["digest"], pinned.rsplit_once('@').unwrap().1);
+    runtime.shutdown().await;
+}
+
+/// A registry that misbehaves, by repository: `hang` never answers,
+/// `garbage` serves a manifest that is not JSON, `other` a layer that is not
+/// its digest, `huge` declares a 2 GiB layer, `flood` declares 1000 bytes
+/// and sends without end. Answers each request with its manifest or blob.
+struct BadRegistry {
+    address: String,
+    manifests: std::sync::Arc<BTreeMap<String, Vec<u8>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BadRegistry {
+    const LAYER: &[u8] = b"\0asm not really a module";
+
+    fn manifest(size: u64, digest: &str) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.wasm.config.v0+json",
+                       "digest": format!("sha256:{}", kinformer::plugin::digest(b"{}")), "size": 2},
+            "layers": [{"mediaType": "application/wasm", "digest": digest, "size": size}],
+        }))
+        .unwrap()
+    }
+
+    async fn start() -> Self {
+        let layer = format!("sha256:{}", kinformer::plugin::digest(Self::LAYER));
+        let manifests = std::sync::Arc::new(BTreeMap::from([
+            ("garbage".to_owned(), b"<html>not a manifest</html>".to_vec()),
+            ("other".to_owned(), Self::manifest(Self::LAYER.len() as u64, &layer)),
+            ("huge".to_owned(), Self::manifest(2 << 30, &layer)),
+            ("flood".to_owned(), Self::manifest(1000, &layer)),
+        ]));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let served = manifests.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(Self::answer(stream, served.clone()));
+            }
+        });
+        Self {
+            address,
+            manifests,
+            task,
+        }
+    }
+
+    async fn answer(mut stream: tokio::net::TcpStream, manifests: std::sync::Arc<BTreeMap<String, Vec<u8>>>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        loop {
+            let mut request = Vec::new();
+            while !request.ends_with(b"\r\n\r\n") {
+                let mut byte = [0; 1];
+                if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                request.push(byte[0]);
+            }
+            let request = String::from_utf8_lossy(&request).into_owned();
+            let path = request.split(' ').nth(1).unwrap_or_default().to_owned();
+            let repository = path.split('/').nth(2).unwrap_or_default().to_owned();
+            let head =
+                |length: &str| format!("HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n{length}\r\n");
+            if path == "/v2/" {
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+                continue;
+            }
+            match repository.as_str() {
+                "hang" => {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    return;
+                }
+                "flood" if path.contains("/blobs/") => {
+                    let _ = stream
+                        .write_all(head("transfer-encoding: chunked\r\n").as_bytes())
+                        .await;
+                    let chunk = [b"4000\r\n".as_slice(), &[0; 0x4000], b"\r\n"].concat();
+                    while stream.write_all(&chunk).await.is_ok() {}
+                    return;
+                }
+                _ if path.contains("/blobs/") => {
+                    let other = b"\0asm other bytes of that length!";
+                    let body = &other[..BadRegistry::LAYER.len()];
+                    let _ = stream
+                        .write_all(head(&format!("content-length: {}\r\n", body.len())).as_bytes())
+                        .await;
+                    let _ = stream.write_all(body).await;
+                }
+                _ => {
+                    let body = manifests.get(&repository).cloned().unwrap_or_default();
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes()).await;
+                    let _ = stream.write_all(&body).await;
+                }
+            }
+        }
+    }
+
+    /// The pinned reference of `repository`'s manifest.
+    fn pinned(&self, repository: &str) -> String {
+        let digest = kinformer::plugin::digest(&self.manifests[repository]);
+        format!("{}/{repository}@sha256:{digest}", self.address)
+    }
+}
+
+impl Drop for BadRegistry {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misbehaving_registry_is_refused_or_timed_out_while_other_handlers_run() {
+    let (_server, client) = tenants_cluster().await;
+    let registry = BadRegistry::start().await;
+    module(&client, "ns-0", "logger", plugin_artifacts::DELTA_LOGGER).await;
+    let config = RuntimeConfig::default()
+        .handlers(true)
+        .tenant_policy(pulls_from(&registry.address))
+        .pull(
+            PullConfig::default()
+                .insecure_registry(&registry.address)
+                .timeout(Duration::from_secs(2)),
+        );
+    let runtime = Runtime::start(client.clone(), config).await.unwrap();
+    let hang = format!("{}/hang@sha256:{}", registry.address, "0".repeat(64));
+    handler(&client, "ns-0", "hang", pulled_logger(&hang)).await;
+    status_until(&client, "ns-0", "hang", "Pulling", |status| {
+        condition(status, "Ready")["reason"] == "Pulling"
+    })
+    .await;
+    // The hanging pull holds up no other Handler.
+    handler(
+        &client,
+        "ns-0",
+        "logger",
+        json!({"module": {"configMap": {"name": "logger", "key": "plugin.wasm"}},
+               "config": "v1/ConfigMap", "grant": {"resources": ["v1/ConfigMap"]}}),
+    )
+    .await;
+    let hang_status = handlers(&client, "ns-0").get("hang").await.unwrap().data["status"].clone();
+    status_until(&client, "ns-0", "logger", "Ready beside a hanging pull", |status| {
+        condition(status, "Ready")["status"] == "True"
+    })
+    .await;
+    let timed_out = status_until(&client, "ns-0", "hang", "PullFailed after the timeout", |status| {
+        condition(status, "Ready")["reason"] == "PullFailed"
+    })
+    .await;
+    assert!(
+        condition(&timed_out, "Ready")["message"]
+            .as_str()
+            .unwrap()
+            .contains("no module within 2s"),
+        "{timed_out:#}"
+    );
+    assert_ne!(
+        condition(&hang_status, "Ready")["reason"],
+        "Running",
+        "the hanging Handler never ran"
+    );
+
+    for (name, reason, says) in [
+        ("other", "DigestMismatch", "its layer: the registry served sha256:"),
+        ("garbage", "PullFailed", "the manifest is not an OCI image manifest"),
+        (
+            "huge",
+            "PullFailed",
+            "the module is 2147483648 bytes, over its limits.moduleMib",
+        ),
+        ("flood", "PullFailed", "over the 1000 bytes its manifest declares"),
+    ] {
+        handler(&client, "ns-0", name, pulled_logger(&registry.pinned(name))).await;
+        let status = status_until(&client, "ns-0", name, reason, |status| {
+            condition(status, "Ready")["reason"] == reason
+        })
+        .await;
+        let message = condition(&status, "Ready")["message"].as_str().unwrap();
+        assert!(message.contains(says), "{name}: {message}");
+        assert!(
+            listed_status(&runtime, &format!("ns-0.{name}")).is_none(),
+            "{name} runs"
+        );
+    }
     runtime.shutdown().await;
 }
 

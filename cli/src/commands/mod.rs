@@ -7,6 +7,7 @@ pub(crate) mod crds;
 #[cfg(feature = "emulation")]
 pub(crate) mod demo;
 pub(crate) mod new;
+pub(crate) mod push;
 pub(crate) mod rbac;
 pub(crate) mod record;
 pub(crate) mod replay;

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use kinformer::handlers::oci::PullConfig;
 use kinformer::leader::LeaderElectionConfig;
 use kinformer::{PluginState, Runtime, RuntimeConfig};
 
@@ -39,6 +40,17 @@ pub(crate) struct Run {
     /// cluster.
     #[arg(long, requires = "handlers")]
     tenant_policy: Option<PathBuf>,
+    /// Let a Handler's `spec.module.oci` name a tag, resolved to a digest at
+    /// each pull (default: digests only, `REPOSITORY@sha256:...`).
+    #[arg(long, requires = "handlers")]
+    allow_tags: bool,
+    /// Pull Handlers' modules from this registry (HOST:PORT) over plain
+    /// HTTP; repeat for several.
+    #[arg(long, requires = "handlers")]
+    insecure_registry: Vec<String>,
+    /// The longest one module pull may take.
+    #[arg(long, default_value = "30s", value_parser = duration, requires = "handlers")]
+    pull_timeout: Duration,
     #[command(flatten)]
     election: ElectionArgs,
     #[command(flatten)]
@@ -63,7 +75,14 @@ impl Run {
                 .instance(instance())
                 .api_server(&cluster.cluster_url)
                 .handlers(self.handlers)
-                .tenant_policy(tenant_policy);
+                .tenant_policy(tenant_policy)
+                .pull(
+                    self.insecure_registry
+                        .into_iter()
+                        .fold(PullConfig::default(), PullConfig::insecure_registry)
+                        .allow_tags(self.allow_tags)
+                        .timeout(self.pull_timeout),
+                );
             let client = kube::Client::try_from(cluster)?;
             if let Some(election) = self.election.config(self.namespace.first().map(String::as_str)) {
                 config = config.leader_election(election);

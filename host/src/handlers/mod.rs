@@ -9,13 +9,21 @@
 //!    dot, so two namespaces never collide), `NAME` for a ClusterHandler
 //!    (which may then hold no dot); never ending in `.next`, the suffix of a
 //!    next version;
-//! 2. its module: a ConfigMap key of `binaryData` (a Handler's in its own
-//!    namespace); `module.oci` is refused, as this host pulls from no
-//!    registry yet;
+//! 2. its module: a ConfigMap key of `binaryData`, or an OCI artifact
+//!    `module.oci` pulled by digest ([`oci`]) with the credentials of
+//!    `module.pullSecret` (a Handler's both in its own namespace);
 //! 3. a Handler's confinement ([`spec::confine`]), discovery saying which
 //!    kinds are cluster-scoped;
 //! 4. its manifest, parsed as a manifest file is ([`spec::manifest`]);
 //! 5. its module's bytes, within the manifest's `module-mib`.
+//!
+//! A pull runs in the background, one per reference, so a slow registry
+//! never holds up the other objects: the object reads `Pulling` until it
+//! ends. Its result is taken only by an object whose spec still names that
+//! reference, so a changed or deleted Handler never loads the module it
+//! named before. A registry that does not answer is `PullFailed` and tried
+//! again with back-off, what runs running on; a refused pull (`TagRefused`,
+//! `DigestMismatch`, no Wasm layer, too large) unloads the plugin.
 //!
 //! A Handler then runs as its ServiceAccount (`spec.serviceAccountName`,
 //! `default` when unset) by impersonation ([`crate::grant::Identity`]); a
@@ -31,6 +39,7 @@
 //! [`MODULE_RECHECK`] passed, and its status patched when it changed, with
 //! an Event when its reason did.
 
+pub mod oci;
 pub mod policy;
 pub mod spec;
 pub mod status;
@@ -39,7 +48,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
@@ -48,8 +57,9 @@ use serde_json::{Value, json};
 use crate::grant::Identity;
 use crate::manifest::Manifest;
 use crate::runtime::{EmbeddedPlugin, Plugins};
+use oci::{Credentials, PullError, Pulled, Puller};
 pub use policy::{PolicyError, TenantPolicy};
-use spec::Refusal;
+use spec::{ModuleSource, Refusal};
 use status::Observed;
 
 /// The `Handler` and `ClusterHandler` CustomResourceDefinitions
@@ -63,9 +73,11 @@ pub const VERSION: &str = "v1alpha1";
 
 /// How often the objects are compared with what runs.
 pub const PERIOD: Duration = Duration::from_secs(1);
-/// How often a module's ConfigMap is read again when its Handler did not
-/// change.
+/// How often a module's ConfigMap is read again (and a tag resolved again)
+/// when its Handler did not change.
 pub const MODULE_RECHECK: Duration = Duration::from_secs(10);
+/// The longest wait before a failed pull is tried again.
+const PULL_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
 /// The two kinds of Handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -94,6 +106,21 @@ enum Unknown {
     /// The API server did not answer (a ConfigMap read, discovery): what
     /// runs keeps running, and it is asked again at the next period.
     Unavailable(String),
+    /// Its module is being pulled, or its last pull failed for now
+    /// ([`PullError::is_transient`]) and it is tried again: what runs keeps
+    /// running.
+    Pulling(Option<PullError>),
+}
+
+impl Unknown {
+    /// A pull under way or waiting to be tried again, its last attempt
+    /// `failed`: a refusal stays one until a pull succeeds.
+    fn retrying(failed: Option<PullError>) -> Self {
+        match failed {
+            Some(error) if !error.is_transient() => Self::Refused(Refusal::Pull(error)),
+            failed => Self::Pulling(failed),
+        }
+    }
 }
 
 impl From<Refusal> for Unknown {
@@ -110,14 +137,44 @@ struct Tracked {
     /// What runs for it: the module's digest and the manifest.
     running: Option<(String, Manifest)>,
     refusal: Option<Refusal>,
+    /// Its module's pull, while one is under way or failed for now.
+    pulling: Option<(String, Option<PullError>)>,
     /// The status last patched.
     status: Value,
     reason: &'static str,
 }
 
+/// A pull of one reference (with one pull secret), shared by the objects
+/// naming it.
+struct Pull {
+    /// Under way, when it is.
+    task: Option<tokio::task::JoinHandle<Result<Pulled, PullError>>>,
+    /// The last attempt's error.
+    failed: Option<PullError>,
+    attempts: u32,
+    /// When to try again after a failure.
+    retry_at: tokio::time::Instant,
+}
+
+impl Drop for Pull {
+    /// A pull nobody waits for any more ends.
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
 /// Runs the cluster's Handlers as `plugins`, tenants' bounded by `policy`,
-/// until dropped; `instance` names this host in their Events.
-pub(crate) async fn run(client: kube::Client, plugins: Plugins, instance: String, policy: TenantPolicy) {
+/// until dropped, pulling their OCI modules as `pull` says; `instance` names
+/// this host in their Events.
+pub(crate) async fn run(
+    client: kube::Client,
+    plugins: Plugins,
+    instance: String,
+    policy: TenantPolicy,
+    pull: oci::PullConfig,
+) {
     let mut watches = tokio::task::JoinSet::new();
     let stores: Vec<(Kind, reflector::Store<DynamicObject>)> = [Kind::Handler, Kind::ClusterHandler]
         .into_iter()
@@ -144,6 +201,8 @@ pub(crate) async fn run(client: kube::Client, plugins: Plugins, instance: String
         tracked: BTreeMap::new(),
         scopes: BTreeMap::new(),
         policy,
+        puller: Puller::new(pull),
+        pulls: BTreeMap::new(),
     };
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -165,6 +224,9 @@ struct Controller {
     /// Discovery's answers: is `apiVersion/Kind` cluster-scoped.
     scopes: BTreeMap<String, bool>,
     policy: TenantPolicy,
+    puller: Puller,
+    /// The pulls by reference and pull secret ([`pull_key`]).
+    pulls: BTreeMap<String, Pull>,
 }
 
 impl Controller {
@@ -195,6 +257,22 @@ impl Controller {
                 self.plugins.remove(&tracked.plugin).await;
             }
         }
+        // Pulls no object names now are dropped, their results unread.
+        let wanted: std::collections::BTreeSet<String> = objects
+            .iter()
+            .filter_map(|(_, object)| {
+                let spec = object.data.get("spec")?;
+                spec::module(spec, object.metadata.namespace.as_deref()).ok()
+            })
+            .filter_map(|source| pull_key(&source))
+            .collect();
+        self.pulls.retain(|key, _| wanted.contains(key));
+        let running = self
+            .tracked
+            .values()
+            .filter_map(|tracked| tracked.running.as_ref().map(|(digest, _)| digest.clone()))
+            .collect();
+        self.puller.retain(&running);
     }
 
     /// The Handlers of each namespace past the policy's `per-namespace`,
@@ -240,6 +318,7 @@ impl Controller {
             };
             quota_changed
                 || tracked.generation != generation
+                || tracked.pulling.is_some()
                 || now.duration_since(tracked.module_read) >= MODULE_RECHECK
         });
         if due {
@@ -260,6 +339,7 @@ impl Controller {
                 module_read: now,
                 running: None,
                 refusal: None,
+                pulling: None,
                 status: object.data.get("status").cloned().unwrap_or(Value::Null),
                 reason: "",
             });
@@ -268,6 +348,7 @@ impl Controller {
             match desired {
                 Ok((bytes, digest, manifest)) => {
                     tracked.refusal = None;
+                    tracked.pulling = None;
                     let current = Some((digest.clone(), manifest.clone()));
                     if tracked.running != current {
                         tracing::info!(plugin = %plugin, digest = %&digest[..12], "running a Handler's module");
@@ -278,7 +359,16 @@ impl Controller {
                     }
                 }
                 Err(Unknown::Unavailable(_)) => {}
+                Err(Unknown::Pulling(failed)) => {
+                    tracked.refusal = None;
+                    let reference = match spec::module(&object.data["spec"], key.1.as_deref()) {
+                        Ok(ModuleSource::Oci { reference, .. }) => reference,
+                        _ => String::new(),
+                    };
+                    tracked.pulling = Some((reference, failed));
+                }
                 Err(Unknown::Refused(refusal)) => {
+                    tracked.pulling = None;
                     tracing::warn!(plugin = %plugin, why = %refusal, "a Handler is refused");
                     if tracked.running.take().is_some() {
                         self.plugins.remove(&plugin).await;
@@ -331,12 +421,158 @@ impl Controller {
             let account = spec["serviceAccountName"].as_str().unwrap_or("default");
             manifest.identity = Some(Identity::service_account(namespace, account));
         }
-        let bytes = self.module_bytes(&module, manifest.limits.module_bytes).await?;
-        let digest = crate::plugin::digest(&bytes);
+        let limit = manifest.limits.module_bytes;
+        let (bytes, digest) = match &module {
+            ModuleSource::ConfigMap(module) => {
+                let bytes = self.config_map_bytes(module, limit).await?;
+                let digest = crate::plugin::digest(&bytes);
+                (bytes, digest)
+            }
+            ModuleSource::Oci { reference, .. } => {
+                if namespace.is_some() {
+                    let registry = oci::registry_of(reference).map_err(Refusal::Pull)?;
+                    self.policy.check_registry(&registry)?;
+                }
+                let pulled = self.pulled(&module, limit, manifest.identity.as_ref()).await?;
+                (pulled.module, pulled.digest)
+            }
+        };
         Ok((bytes, digest, manifest))
     }
 
-    async fn module_bytes(&self, module: &spec::ModuleRef, limit: u64) -> Result<Vec<u8>, Unknown> {
+    /// The module of an OCI `source`: from the cache, or the result of its
+    /// pull, which is started (or started again, after its back-off) when
+    /// none is under way.
+    async fn pulled(
+        &mut self,
+        source: &ModuleSource,
+        limit: u64,
+        identity: Option<&Identity>,
+    ) -> Result<Pulled, Unknown> {
+        let ModuleSource::Oci { reference, pull_secret } = source else {
+            return Err(Unknown::Unavailable("not an OCI module".to_owned()));
+        };
+        if let Some(digest) = oci::pinned_digest(reference)
+            && let Some(module) = self.puller.cached(&digest, limit)
+        {
+            return Ok(Pulled { digest, module });
+        }
+        let key = pull_key(source).unwrap_or_default();
+        let now = tokio::time::Instant::now();
+        if let Some(pull) = self.pulls.get_mut(&key) {
+            match pull.task.take() {
+                Some(task) if !task.is_finished() => {
+                    pull.task = Some(task);
+                    return Err(Unknown::retrying(pull.failed.clone()));
+                }
+                Some(task) => {
+                    let result = task.await.unwrap_or_else(|error| {
+                        Err(PullError::Unavailable {
+                            reference: reference.clone(),
+                            error: format!("the pull ended: {error}"),
+                        })
+                    });
+                    match result {
+                        Ok(pulled) => {
+                            self.pulls.remove(&key);
+                            return Ok(pulled);
+                        }
+                        Err(error) => {
+                            pull.attempts = pull.attempts.saturating_add(1);
+                            let backoff = Duration::from_secs(1 << pull.attempts.min(6)).min(PULL_BACKOFF_MAX);
+                            pull.retry_at = now + backoff;
+                            tracing::warn!(reference = %reference, error = %error, retry_in = ?backoff, "a module's pull failed");
+                            pull.failed = Some(error.clone());
+                            return Err(if error.is_transient() {
+                                Unknown::Pulling(Some(error))
+                            } else {
+                                Unknown::Refused(Refusal::Pull(error))
+                            });
+                        }
+                    }
+                }
+                None if now < pull.retry_at => {
+                    return Err(Unknown::retrying(pull.failed.clone()));
+                }
+                None => {}
+            }
+        }
+        let credentials = match self.credentials(reference, pull_secret.as_ref(), identity).await {
+            Ok(credentials) => credentials,
+            Err(Unknown::Refused(Refusal::Pull(error))) if error.is_transient() => {
+                let pull = self.pulls.entry(key).or_insert_with(|| Pull {
+                    task: None,
+                    failed: None,
+                    attempts: 0,
+                    retry_at: now,
+                });
+                pull.attempts = pull.attempts.saturating_add(1);
+                pull.retry_at = now + Duration::from_secs(1 << pull.attempts.min(6)).min(PULL_BACKOFF_MAX);
+                pull.failed = Some(error.clone());
+                return Err(Unknown::Pulling(Some(error)));
+            }
+            Err(other) => return Err(other),
+        };
+        let puller = self.puller.clone();
+        let task_reference = reference.clone();
+        let task = tokio::spawn(async move { puller.pull(&task_reference, &credentials, limit).await });
+        tracing::info!(reference = %reference, "pulling a Handler's module");
+        let pull = self.pulls.entry(key).or_insert_with(|| Pull {
+            task: None,
+            failed: None,
+            attempts: 0,
+            retry_at: now,
+        });
+        pull.task = Some(task);
+        Err(Unknown::retrying(pull.failed.clone()))
+    }
+
+    /// The registry credentials of `pull_secret` (namespace and name) for
+    /// `reference`'s registry; anonymous without one. The Secret is read as
+    /// `identity` (a Handler's ServiceAccount) when there is one, so a tenant
+    /// names only what its own account may read.
+    async fn credentials(
+        &self,
+        reference: &str,
+        pull_secret: Option<&(String, String)>,
+        identity: Option<&Identity>,
+    ) -> Result<Credentials, Unknown> {
+        let Some((namespace, name)) = pull_secret else {
+            return Ok(Credentials::Anonymous);
+        };
+        let registry = oci::registry_of(reference).map_err(Refusal::Pull)?;
+        let where_ = format!("spec.module.pullSecret: Secret {namespace}/{name}");
+        let missing = |why: &str| Unknown::Refused(Refusal::Pull(PullError::Credentials(format!("{where_} {why}"))));
+        let mut request = kube::core::Request::new(format!("/api/v1/namespaces/{namespace}/secrets"))
+            .get(name, &kube::api::GetParams::default())
+            .map_err(|error| missing(&format!("cannot be asked for: {error}")))?;
+        if let Some(identity) = identity {
+            identity
+                .impersonate(&mut request)
+                .map_err(|_| missing(&format!("cannot be read as {}", identity.user())))?;
+        }
+        let secret: Secret = match self.client.request(request).await {
+            Ok(secret) => secret,
+            Err(kube::Error::Api(status)) if status.code == 404 => return Err(missing("not found")),
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                return Err(missing(&format!("is not readable: {}", status.message)));
+            }
+            Err(error) => {
+                return Err(Unknown::Unavailable(format!("{where_}: {}", crate::one_line(&error))));
+            }
+        };
+        if secret.type_.as_deref() != Some("kubernetes.io/dockerconfigjson") {
+            return Err(missing("is not of type kubernetes.io/dockerconfigjson"));
+        }
+        let config = secret
+            .data
+            .and_then(|mut data| data.remove(".dockerconfigjson"))
+            .ok_or_else(|| missing("has no .dockerconfigjson"))?;
+        Credentials::from_docker_config(&config.0, &registry)
+            .map_err(|error| Unknown::Refused(Refusal::Pull(PullError::Credentials(format!("{where_}: {error}")))))
+    }
+
+    async fn config_map_bytes(&self, module: &spec::ModuleRef, limit: u64) -> Result<Vec<u8>, Unknown> {
         let where_ = format!("ConfigMap {}/{}", module.namespace, module.name);
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &module.namespace);
         let config_map = api
@@ -366,10 +602,12 @@ impl Controller {
         let Some(tracked) = self.tracked.get_mut(key) else {
             return;
         };
-        let observed = match (&tracked.refusal, &tracked.running) {
-            (Some(refusal), _) => Observed::refused(refusal),
-            (None, Some((digest, _))) => Observed::of_plugin(self.plugins.status(&tracked.plugin).as_ref(), digest),
-            (None, None) => return,
+        let observed = match (&tracked.refusal, &tracked.running, &tracked.pulling) {
+            (Some(refusal), _, _) => Observed::refused(refusal),
+            (None, Some((digest, _)), _) => Observed::of_plugin(self.plugins.status(&tracked.plugin).as_ref(), digest),
+            (None, None, Some((_, Some(error)))) => Observed::pull_failed(error),
+            (None, None, Some((reference, None))) => Observed::pulling(reference),
+            (None, None, None) => return,
         };
         let now = k8s_openapi::jiff::Timestamp::now()
             .round(k8s_openapi::jiff::Unit::Second)
@@ -431,6 +669,17 @@ fn plugin_name(key: &Key) -> Result<String, Refusal> {
         )));
     }
     Ok(name)
+}
+
+/// What a pull is known by: an OCI module's reference and pull secret.
+fn pull_key(source: &ModuleSource) -> Option<String> {
+    match source {
+        ModuleSource::Oci { reference, pull_secret } => Some(match pull_secret {
+            Some((namespace, name)) => format!("{reference} {namespace}/{name}"),
+            None => reference.clone(),
+        }),
+        ModuleSource::ConfigMap(_) => None,
+    }
 }
 
 /// Whether the API server serves `apiVersion/Kind` cluster-scoped.

@@ -8,6 +8,9 @@
 //! rollout of the host, as for its other flags.
 //!
 //! ```toml
+//! [registries]        # where their modules may be pulled from
+//! allow = ["ghcr.io", "registry.example.com:5000"]
+//!
 //! [http]
 //! allow = ["https://hooks.slack.com/services/", "https://*.example.com"]
 //! networks = ["10.20.0.0/16"]
@@ -23,13 +26,18 @@
 //!
 //! | a Handler asks for | answer |
 //! | --- | --- |
+//! | a module from a registry the policy does not list (or any, without `[registries]`) | refused: names the registry |
 //! | an HTTP entry no policy entry covers, or without a policy `[http]` | refused: names the entry |
 //! | a network no policy network contains | refused: names it |
 //! | a limit above its bound | refused: names the limit and the bound |
 //! | no value for a limit whose default is above its bound | the bound |
 //! | a place in its namespace past `per-namespace` (oldest first) | refused: says how many |
 //!
-//! ClusterHandlers are the platform team's own and are not bounded.
+//! A pull is a request the host makes for the tenant, so its registries are
+//! the platform team's choice, never the tenant's: a name a tenant could
+//! choose could be the API server, a cloud's metadata service or any address
+//! the host's network reaches. ClusterHandlers are the platform team's own and
+//! are not bounded.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -68,6 +76,8 @@ pub enum PolicyError {
 /// nothing but HTTP, which no Handler may then use.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TenantPolicy {
+    /// Registries (`HOST[:PORT]`, lower case) modules may be pulled from.
+    registries: Vec<String>,
     http: Vec<AllowedUrl>,
     networks: Vec<IpNet>,
     /// Manifest key of `[limits]` → the most a Handler may set.
@@ -79,11 +89,20 @@ pub struct TenantPolicy {
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
     #[serde(default)]
+    registries: RegistriesFile,
+    #[serde(default)]
     http: HttpFile,
     #[serde(default)]
     limits: BTreeMap<String, u64>,
     #[serde(default)]
     handlers: HandlersFile,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegistriesFile {
+    #[serde(default)]
+    allow: Vec<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -153,10 +172,27 @@ impl TenantPolicy {
                 ));
             }
         }
+        for registry in &file.registries.allow {
+            let plain = !registry.is_empty()
+                && registry
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+            if !plain {
+                return Err(format!(
+                    "registries.allow: {registry:?} is not HOST[:PORT] (no scheme, no path)"
+                ));
+            }
+        }
         if file.handlers.per_namespace == Some(0) {
             return Err("handlers.per-namespace is 0: remove the Handler CRD rather than allow none".to_owned());
         }
         Ok(Self {
+            registries: file
+                .registries
+                .allow
+                .iter()
+                .map(|registry| registry.to_ascii_lowercase())
+                .collect(),
             http,
             networks,
             limits: file.limits,
@@ -168,6 +204,30 @@ impl TenantPolicy {
     #[must_use]
     pub fn per_namespace(&self) -> Option<usize> {
         self.per_namespace
+    }
+
+    /// Lets a Handler's module be pulled from `registry` (`HOST[:PORT]`, as
+    /// its reference names it) only when the policy lists it.
+    ///
+    /// # Errors
+    ///
+    /// [`Refusal::Policy`] naming the registry and the listed ones.
+    pub fn check_registry(&self, registry: &str) -> Result<(), Refusal> {
+        if self
+            .registries
+            .iter()
+            .any(|allowed| allowed.eq_ignore_ascii_case(registry))
+        {
+            return Ok(());
+        }
+        Err(Refusal::Policy(format!(
+            "spec.module.oci: registry {registry} is not one the tenant policy lets modules be pulled from ({})",
+            if self.registries.is_empty() {
+                "none".to_owned()
+            } else {
+                self.registries.join(", ")
+            }
+        )))
     }
 
     /// Bounds a Handler's `spec.limits` (camelCase keys, as the API writes
@@ -299,11 +359,27 @@ mod tests {
             ("[http]\nallow = [\"ftp://x\"]\n", "http.allow:"),
             ("[http]\nnetworks = [\"10.0.0.0\"]\n", "not a CIDR"),
             ("[handlers]\nper-namespace = 0\n", "per-namespace is 0"),
+            ("[registries]\nallow = [\"https://ghcr.io\"]\n", "is not HOST[:PORT]"),
             ("[tenants]\n", "unknown field `tenants`"),
         ] {
             let error = TenantPolicy::parse(text).unwrap_err();
             assert!(error.contains(wanted), "{text:?}: {error}");
         }
+    }
+
+    #[test]
+    fn modules_come_only_from_the_registries_the_policy_lists() {
+        let policy = TenantPolicy::parse("[registries]\nallow = [\"GHCR.io\", \"127.0.0.1:5000\"]\n").unwrap();
+        assert_eq!(policy.check_registry("ghcr.io"), Ok(()));
+        assert_eq!(policy.check_registry("127.0.0.1:5000"), Ok(()));
+        let refusal = policy.check_registry("169.254.169.254").unwrap_err().to_string();
+        assert!(
+            refusal.contains("registry 169.254.169.254 is not one the tenant policy lets"),
+            "{refusal}"
+        );
+        assert!(policy.check_registry("127.0.0.1:5001").is_err());
+        let closed = TenantPolicy::default().check_registry("ghcr.io").unwrap_err();
+        assert!(closed.to_string().ends_with("(none)"), "{closed}");
     }
 
     #[test]

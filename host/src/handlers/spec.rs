@@ -20,6 +20,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::oci::PullError;
 use crate::manifest::Manifest;
 
 /// Why a Handler's spec does not run.
@@ -32,9 +33,10 @@ pub enum Refusal {
     /// The manifest it makes is invalid.
     #[error("{0}")]
     Manifest(String),
-    /// Its module is an OCI artifact, which this host does not pull.
-    #[error("spec.module.oci: this host does not pull modules from registries yet; use spec.module.configMap")]
-    Oci,
+    /// Its module's pull was refused: a tag, a digest mismatch, no Wasm
+    /// layer, too large, a broken manifest.
+    #[error(transparent)]
+    Pull(#[from] PullError),
     /// Its module cannot be read.
     #[error("{0}")]
     Module(String),
@@ -52,6 +54,33 @@ pub enum Refusal {
     },
 }
 
+impl Refusal {
+    /// The reason of the Handler's `Ready` condition: `Rejected`, or a
+    /// refused pull's ([`PullError::reason`]).
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Pull(error) => error.reason(),
+            _ => "Rejected",
+        }
+    }
+}
+
+/// Where a Handler's module comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// A key of a ConfigMap's `binaryData`.
+    ConfigMap(ModuleRef),
+    /// An OCI artifact (`spec.module.oci`).
+    Oci {
+        /// `REGISTRY/REPOSITORY@sha256:...` (or `:TAG` when tags are allowed).
+        reference: String,
+        /// The `kubernetes.io/dockerconfigjson` Secret holding the registry's
+        /// credentials (`spec.module.pullSecret`), by namespace and name.
+        pull_secret: Option<(String, String)>,
+    },
+}
+
 /// Where a Handler's module is: a key of a ConfigMap's `binaryData`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModuleRef {
@@ -63,17 +92,42 @@ pub struct ModuleRef {
     pub key: String,
 }
 
-/// The module of `spec`: a Handler's ConfigMap is in its own `namespace`, a
-/// ClusterHandler's (`namespace` `None`) in the one it names.
+/// The module of `spec`: a Handler's ConfigMap or pull secret is in its own
+/// `namespace`, a ClusterHandler's (`namespace` `None`) in the one it names.
 ///
 /// # Errors
 ///
-/// For an OCI module, and a ConfigMap reference without a name, key or
-/// (for a ClusterHandler) namespace.
-pub fn module(spec: &Value, namespace: Option<&str>) -> Result<ModuleRef, Refusal> {
+/// A reference without a name, key or (for a ClusterHandler) namespace, and
+/// one to another namespace than a Handler's own.
+pub fn module(spec: &Value, namespace: Option<&str>) -> Result<ModuleSource, Refusal> {
     let module = &spec["module"];
-    if module.get("oci").is_some() {
-        return Err(Refusal::Oci);
+    let home = |at: &str, object: &Value| match (namespace, object.get("namespace")) {
+        (Some(own), None) => Ok(own.to_owned()),
+        (Some(own), Some(named)) if named == own => Ok(own.to_owned()),
+        (Some(own), Some(named)) => Err(Refusal::Confinement(format!(
+            "{at}.namespace is {named}: a Handler's module comes from its own namespace ({own})"
+        ))),
+        (None, _) => object["namespace"]
+            .as_str()
+            .filter(|value| !value.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| Refusal::Module(format!("{at}.namespace is missing"))),
+    };
+    if let Some(oci) = module.get("oci") {
+        let reference = oci
+            .as_str()
+            .filter(|value| !value.is_empty())
+            .ok_or_else(|| Refusal::Module("spec.module.oci is not a reference".to_owned()))?;
+        let secret = &module["pullSecret"];
+        let pull_secret = match secret.get("name").and_then(Value::as_str) {
+            Some(name) => Some((home("spec.module.pullSecret", secret)?, name.to_owned())),
+            None if secret.is_null() => None,
+            None => return Err(Refusal::Module("spec.module.pullSecret.name is missing".to_owned())),
+        };
+        return Ok(ModuleSource::Oci {
+            reference: reference.to_owned(),
+            pull_secret,
+        });
     }
     let config_map = &module["configMap"];
     let field = |name: &str| {
@@ -83,21 +137,12 @@ pub fn module(spec: &Value, namespace: Option<&str>) -> Result<ModuleRef, Refusa
             .map(str::to_owned)
             .ok_or_else(|| Refusal::Module(format!("spec.module.configMap.{name} is missing")))
     };
-    let home = match (namespace, config_map.get("namespace")) {
-        (Some(own), None) => own.to_owned(),
-        (Some(own), Some(named)) if named == own => own.to_owned(),
-        (Some(own), Some(named)) => {
-            return Err(Refusal::Confinement(format!(
-                "spec.module.configMap.namespace is {named}: a Handler's module comes from its own namespace ({own})"
-            )));
-        }
-        (None, _) => field("namespace")?,
-    };
-    Ok(ModuleRef {
+    let home = home("spec.module.configMap", config_map)?;
+    Ok(ModuleSource::ConfigMap(ModuleRef {
         namespace: home,
         name: field("name")?,
         key: field("key")?,
-    })
+    }))
 }
 
 /// Confines the spec of a Handler of `namespace`: fills in its namespace
@@ -477,21 +522,35 @@ mod tests {
     }
 
     #[test]
-    fn a_module_is_a_configmap_of_the_handlers_namespace_and_never_an_oci_reference_yet() {
+    fn a_module_is_a_configmap_or_an_oci_reference_with_a_secret_of_the_handlers_namespace() {
         let spec = json!({"module": {"configMap": {"name": "m", "key": "plugin.wasm"}}});
         assert_eq!(
             module(&spec, Some("shop")).unwrap(),
-            ModuleRef {
+            ModuleSource::ConfigMap(ModuleRef {
                 namespace: "shop".into(),
                 name: "m".into(),
                 key: "plugin.wasm".into()
-            }
+            })
         );
         let elsewhere = json!({"module": {"configMap": {"name": "m", "key": "k", "namespace": "kube-system"}}});
         assert!(matches!(module(&elsewhere, Some("shop")), Err(Refusal::Confinement(_))));
-        assert_eq!(module(&elsewhere, None).unwrap().namespace, "kube-system");
+        assert!(matches!(
+            module(&elsewhere, None).unwrap(),
+            ModuleSource::ConfigMap(ModuleRef { namespace, .. }) if namespace == "kube-system"
+        ));
         assert!(matches!(module(&spec, None), Err(Refusal::Module(_))));
-        let oci = json!({"module": {"oci": "registry.example.com/shop/h@sha256:00"}});
-        assert_eq!(module(&oci, Some("shop")), Err(Refusal::Oci));
+        let oci = json!({"module": {"oci": "registry.example.com/shop/h@sha256:00", "pullSecret": {"name": "pull"}}});
+        assert_eq!(
+            module(&oci, Some("shop")).unwrap(),
+            ModuleSource::Oci {
+                reference: "registry.example.com/shop/h@sha256:00".into(),
+                pull_secret: Some(("shop".into(), "pull".into()))
+            }
+        );
+        let foreign =
+            json!({"module": {"oci": "r.example.com/h:v1", "pullSecret": {"name": "p", "namespace": "other"}}});
+        assert!(matches!(module(&foreign, Some("shop")), Err(Refusal::Confinement(_))));
+        assert!(matches!(module(&foreign, None).unwrap(),
+            ModuleSource::Oci { pull_secret: Some((namespace, _)), .. } if namespace == "other"));
     }
 }

@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use super::oci::PullError;
 use super::spec::Refusal;
 use crate::runtime::{PluginState, PluginStatus};
 
@@ -38,12 +39,43 @@ impl Observed {
         Self {
             ready: false,
             degraded: true,
-            reason: "Rejected",
+            reason: refusal.reason(),
             message: crate::text::sanitize(&refusal.to_string(), ERROR_LEN),
             digest: None,
             deltas: 0,
             errors: 0,
             last_error: None,
+        }
+    }
+
+    /// A Handler whose module `reference` is being pulled.
+    #[must_use]
+    pub fn pulling(reference: &str) -> Self {
+        Self {
+            ready: false,
+            degraded: false,
+            reason: "Pulling",
+            message: crate::text::sanitize(&format!("pulling {reference}"), ERROR_LEN),
+            digest: None,
+            deltas: 0,
+            errors: 0,
+            last_error: None,
+        }
+    }
+
+    /// A Handler whose module's pull failed for now, tried again later.
+    #[must_use]
+    pub fn pull_failed(error: &PullError) -> Self {
+        let message = crate::text::sanitize(&format!("{error}; trying again"), ERROR_LEN);
+        Self {
+            ready: false,
+            degraded: true,
+            reason: "PullFailed",
+            last_error: Some(message.clone()),
+            message,
+            digest: None,
+            deltas: 0,
+            errors: 0,
         }
     }
 
@@ -124,6 +156,7 @@ impl Observed {
         let short = self
             .digest
             .as_deref()
+            .map(|digest| digest.strip_prefix("sha256:").unwrap_or(digest))
             .map(|digest| digest[..12.min(digest.len())].to_owned());
         json!({
             "observedGeneration": generation,
@@ -185,9 +218,27 @@ mod tests {
                 (false, true, reason)
             );
         }
-        let refused = Observed::refused(&Refusal::Oci);
+        let refused = Observed::refused(&Refusal::Module("ConfigMap shop/m not found".into()));
         assert_eq!((refused.ready, refused.reason), (false, "Rejected"));
-        assert!(refused.message.contains("does not pull modules from registries yet"));
+        let mismatch = Observed::refused(&Refusal::Pull(PullError::DigestMismatch {
+            what: "r".into(),
+            expected: "sha256:a".into(),
+            actual: "sha256:b".into(),
+        }));
+        assert_eq!((mismatch.ready, mismatch.reason), (false, "DigestMismatch"));
+        let pulling = Observed::pulling("r@sha256:a");
+        assert_eq!(
+            (pulling.ready, pulling.degraded, pulling.reason),
+            (false, false, "Pulling")
+        );
+        let failed = Observed::pull_failed(&PullError::TimedOut {
+            reference: "r".into(),
+            timeout: std::time::Duration::from_secs(2),
+        });
+        assert_eq!(
+            (failed.ready, failed.degraded, failed.reason),
+            (false, true, "PullFailed")
+        );
     }
 
     #[test]

@@ -65,6 +65,9 @@ pub struct RuntimeConfig {
     /// ([`crate::handlers::policy`]); by default only that none reaches
     /// outside the cluster.
     pub tenant_policy: crate::handlers::TenantPolicy,
+    /// How Handlers' OCI modules are pulled; their disk cache is
+    /// `modules/` of the engine's `cache_dir` unless this names one.
+    pub pull: crate::handlers::oci::PullConfig,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -89,6 +92,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("resolver", &self.resolver)
             .field("handlers", &self.handlers)
             .field("tenant_policy", &self.tenant_policy)
+            .field("pull", &self.pull)
             .finish()
     }
 }
@@ -194,6 +198,13 @@ impl RuntimeConfig {
         self
     }
 
+    /// Sets [`RuntimeConfig::pull`].
+    #[must_use]
+    pub fn pull(mut self, pull: crate::handlers::oci::PullConfig) -> Self {
+        self.pull = pull;
+        self
+    }
+
     /// Sets [`RuntimeConfig::log_sink`].
     #[must_use]
     pub fn log_sink(mut self, sink: LogSink) -> Self {
@@ -224,6 +235,7 @@ impl Default for RuntimeConfig {
             resolver: crate::outbound::Resolver::default(),
             handlers: false,
             tenant_policy: crate::handlers::TenantPolicy::default(),
+            pull: crate::handlers::oci::PullConfig::default(),
         }
     }
 }

@@ -258,11 +258,18 @@ impl Runtime {
         let api_server_follower =
             crate::outbound::follow_api_server(supervisor.factory.client().clone(), supervisor.addresses.clone());
         let handlers = config.handlers.then(|| {
+            let mut pull = config.pull.clone();
+            if pull.cache_dir.is_none()
+                && let Some(dir) = &config.engine.cache_dir
+            {
+                pull = pull.cache_dir(dir.join("modules"));
+            }
             tokio::spawn(crate::handlers::run(
                 supervisor.factory.client().clone(),
                 Plugins(Arc::downgrade(&supervisor)),
                 config.instance.clone().unwrap_or_else(|| "kinformer".to_owned()),
                 config.tenant_policy.clone(),
+                pull,
             ))
         });
         let mut runtime = Self {
