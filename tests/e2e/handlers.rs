@@ -16,7 +16,7 @@ use kinformer::handlers::oci::{Credentials, PullConfig};
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_tests::runtime::{Logs, listed_status, until};
 use kube::Api;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// A server holding namespaces `ns-0` and `ns-1` (ConfigMaps `config-0` and
@@ -96,6 +96,19 @@ async fn status_until(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Waits until Handler `NAMESPACE/name`'s `Ready` condition has `reason`;
+/// returns the condition's message.
+async fn ready_reason(client: &kube::Client, namespace: &str, name: &str, reason: &str) -> String {
+    let status = status_until(client, namespace, name, reason, |status| {
+        condition(status, "Ready")["reason"] == reason
+    })
+    .await;
+    condition(&status, "Ready")["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
@@ -231,6 +244,17 @@ async fn tenants_handlers_run_in_their_namespaces_as_their_service_accounts() {
     })
     .await;
     assert_eq!(condition(&ready, "Ready")["reason"], "Running");
+    // A status someone else writes (a tenant may write its Handler's) does
+    // not stay.
+    let forged = json!({"status": {"digest": "sha256:forged", "plugin": "ns-0.logger"}});
+    handlers(&client, "ns-0")
+        .patch_status("logger", &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    status_until(&client, "ns-0", "logger", "its status written over", |status| {
+        status["digest"] == ready["digest"]
+    })
+    .await;
     let lines = logs.of("ns-0.logger");
     assert!(lines.iter().any(|line| line.contains(" ns-0/")), "{lines:?}");
     assert!(!lines.iter().any(|line| line.contains(" ns-1/")), "{lines:?}");
@@ -503,11 +527,7 @@ async fn a_handler_pulled_by_digest_from_a_registry_runs_and_a_second_pull_is_th
     // cloud's metadata service named as one.
     let metadata = format!("169.254.169.254/latest/meta-data@sha256:{}", "0".repeat(64));
     handler(&client, "ns-0", "metadata", pulled_logger(&metadata)).await;
-    let refused = status_until(&client, "ns-0", "metadata", "its refusal", |status| {
-        condition(status, "Ready")["reason"] == "Rejected"
-    })
-    .await;
-    let message = condition(&refused, "Ready")["message"].as_str().unwrap();
+    let message = ready_reason(&client, "ns-0", "metadata", "Rejected").await;
     assert!(
         message.contains("registry 169.254.169.254 is not one the tenant policy lets modules be pulled from"),
         "{message}"
@@ -529,11 +549,7 @@ async fn a_handler_pulled_by_digest_from_a_registry_runs_and_a_second_pull_is_th
     let mut private = pulled_logger(&unpulled);
     private["module"]["pullSecret"] = json!({"name": "regcred"});
     handler(&client, "ns-0", "private", private).await;
-    let unread = status_until(&client, "ns-0", "private", "the Secret unread", |status| {
-        condition(status, "Ready")["reason"] == "PullFailed"
-    })
-    .await;
-    let message = condition(&unread, "Ready")["message"].as_str().unwrap();
+    let message = ready_reason(&client, "ns-0", "private", "PullFailed").await;
     assert!(
         message.contains("Secret ns-0/regcred is not readable")
             && message.contains("system:serviceaccount:ns-0:default"),
@@ -561,11 +577,7 @@ async fn a_tag_is_refused_unless_the_host_allows_tags_and_then_it_reads_as_its_d
         .await
         .unwrap();
     handler(&client, "ns-0", "tagged", pulled_logger(&tagged)).await;
-    let refused = status_until(&client, "ns-0", "tagged", "TagRefused", |status| {
-        condition(status, "Ready")["reason"] == "TagRefused"
-    })
-    .await;
-    let message = condition(&refused, "Ready")["message"].as_str().unwrap();
+    let message = ready_reason(&client, "ns-0", "tagged", "TagRefused").await;
     assert!(message.contains("--allow-tags"), "{message}");
     assert!(listed_status(&runtime, "ns-0.tagged").is_none());
     runtime.shutdown().await;
@@ -766,11 +778,7 @@ async fn a_misbehaving_registry_is_refused_or_timed_out_while_other_handlers_run
         ("flood", "PullFailed", "over the 1000 bytes its manifest declares"),
     ] {
         handler(&client, "ns-0", name, pulled_logger(&registry.pinned(name))).await;
-        let status = status_until(&client, "ns-0", name, reason, |status| {
-            condition(status, "Ready")["reason"] == reason
-        })
-        .await;
-        let message = condition(&status, "Ready")["message"].as_str().unwrap();
+        let message = ready_reason(&client, "ns-0", name, reason).await;
         assert!(message.contains(says), "{name}: {message}");
         assert!(
             listed_status(&runtime, &format!("ns-0.{name}")).is_none(),
@@ -860,11 +868,7 @@ async fn the_tenant_policy_bounds_handlers_http_limits_and_numbers_per_namespace
             "spec.limits.memoryMib is 64: the tenant policy allows at most 32".to_owned(),
         ),
     ] {
-        let status = status_until(&client, "ns-0", name, "its refusal", |status| {
-            condition(status, "Ready")["reason"] == "Rejected"
-        })
-        .await;
-        let message = condition(&status, "Ready")["message"].as_str().unwrap().to_owned();
+        let message = ready_reason(&client, "ns-0", name, "Rejected").await;
         assert!(message.contains(&says), "{name}: {message}");
         assert!(
             listed_status(&runtime, &format!("ns-0.{name}")).is_none(),
@@ -879,11 +883,7 @@ async fn the_tenant_policy_bounds_handlers_http_limits_and_numbers_per_namespace
     for name in ["q1", "q2", "q3", "q4"] {
         handler(&client, "ns-1", name, logger.clone()).await;
     }
-    let refused = status_until(&client, "ns-1", "q4", "its refusal", |status| {
-        condition(status, "Ready")["reason"] == "Rejected"
-    })
-    .await;
-    let message = condition(&refused, "Ready")["message"].as_str().unwrap();
+    let message = ready_reason(&client, "ns-1", "q4", "Rejected").await;
     assert!(
         message.contains("namespace ns-1 runs 3 Handlers, the most the tenant policy allows"),
         "{message}"

@@ -36,8 +36,10 @@
 //!
 //! The objects are watched (a reflector per kind); every [`PERIOD`] each is
 //! compared with what runs, its module read again once its spec changed or
-//! [`MODULE_RECHECK`] passed, and its status patched when it changed, with
-//! an Event when its reason did.
+//! [`MODULE_RECHECK`] passed, and its status patched when it differs from
+//! the object's (so a status someone else wrote is written over), only over
+//! the object's version it was made from, with an Event when its reason
+//! changed.
 
 pub mod oci;
 pub mod policy;
@@ -613,7 +615,11 @@ impl Controller {
             .round(k8s_openapi::jiff::Unit::Second)
             .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
         let status = observed.status(&tracked.plugin, generation, &tracked.status, &now.to_string());
-        if status == tracked.status {
+        // Compared with what the object holds, not with what was last
+        // written: a status someone else wrote (a tenant may write its
+        // Handler's) is written over.
+        if object.data.get("status") == Some(&status) {
+            tracked.status = status;
             return;
         }
         let resource = key.0.resource();
@@ -622,10 +628,22 @@ impl Controller {
             Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
-        let patch = Patch::Merge(json!({"status": status}));
-        if let Err(error) = api.patch_status(name, &PatchParams::default(), &patch).await {
-            tracing::warn!(plugin = %tracked.plugin, error = %crate::one_line(&error), "cannot patch a Handler's status");
-            return;
+        // Only over the version it was made from: a Handler changed since is
+        // looked at again at the next period.
+        let patch = Patch::Merge(json!({
+            "metadata": {"resourceVersion": object.metadata.resource_version},
+            "status": status,
+        }));
+        match api.patch_status(name, &PatchParams::default(), &patch).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(error)) if error.code == 409 => {
+                tracing::debug!(plugin = %tracked.plugin, "a Handler changed under its status; writing it again next time");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(plugin = %tracked.plugin, error = %crate::one_line(&error), "cannot patch a Handler's status");
+                return;
+            }
         }
         tracked.status = status;
         if tracked.reason != observed.reason {
