@@ -297,11 +297,7 @@ fn custom_table(def: &ResourceDef, items: &[&Value]) -> (Vec<Value>, Vec<Value>)
             let mut cells = vec![item["metadata"]["name"].clone()];
             cells.extend(extra.iter().map(|column| {
                 let path = column["jsonPath"].as_str().unwrap_or_default();
-                let value = path
-                    .trim_start_matches('.')
-                    .split('.')
-                    .filter(|step| !step.is_empty())
-                    .fold(*item, |value, step| &value[step]);
+                let value = column_value(item, path);
                 if column["type"] == "date" && value.is_string() {
                     json!(age(value))
                 } else {
@@ -312,6 +308,21 @@ fn custom_table(def: &ResourceDef, items: &[&Value]) -> (Vec<Value>, Vec<Value>)
         })
         .collect();
     (definitions, rows)
+}
+
+/// The cell of a printer column's `jsonPath` (`.spec.replicas`,
+/// `.status.conditions[?(@.type=="Ready")].status`): the first value it
+/// finds, as kube-apiserver's table convertor takes it; null for none.
+fn column_value<'a>(item: &'a Value, path: &str) -> &'a Value {
+    match serde_json_path::JsonPath::parse(&format!("${path}")) {
+        Ok(path) => path.query(item).first().unwrap_or(&Value::Null),
+        // Not RFC 9535 (a dotted name with `\.` escapes): step by step.
+        Err(_) => path
+            .trim_start_matches('.')
+            .split('.')
+            .filter(|step| !step.is_empty())
+            .fold(item, |value, step| &value[step]),
+    }
 }
 
 /// How long ago an RFC 3339 time was, as kubectl shows an age: `45s`, `3m12s`,
@@ -575,8 +586,21 @@ fn job_status(job: &Value) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::{Page, human_duration, table};
+    use super::{Page, Value, column_value, human_duration, table};
     use crate::resources::built_in;
+
+    #[test]
+    fn printer_columns_read_json_paths_with_filters_as_kube_apiserver_does() {
+        let item = json!({"spec": {"replicas": 3},
+            "status": {"conditions": [{"type": "Degraded", "status": "False"}, {"type": "Ready", "status": "True"}]}});
+        assert_eq!(column_value(&item, ".spec.replicas"), &json!(3));
+        assert_eq!(
+            column_value(&item, r#".status.conditions[?(@.type=="Ready")].status"#),
+            &json!("True")
+        );
+        assert_eq!(column_value(&item, ".status.conditions[0].type"), &json!("Degraded"));
+        assert_eq!(column_value(&item, ".status.missing"), &Value::Null);
+    }
 
     #[test]
     fn ages_read_as_kubectl_shows_them() {
