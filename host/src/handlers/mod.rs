@@ -108,19 +108,19 @@ enum Unknown {
     /// The API server did not answer (a ConfigMap read, discovery): what
     /// runs keeps running, and it is asked again at the next period.
     Unavailable(String),
-    /// Its module is being pulled, or its last pull failed for now
-    /// ([`PullError::is_transient`]) and it is tried again: what runs keeps
-    /// running.
-    Pulling(Option<PullError>),
+    /// Its module (the reference) is being pulled, or its last pull failed
+    /// for now ([`PullError::is_transient`]) and it is tried again: what
+    /// runs keeps running.
+    Pulling(String, Option<PullError>),
 }
 
 impl Unknown {
-    /// A pull under way or waiting to be tried again, its last attempt
-    /// `failed`: a refusal stays one until a pull succeeds.
-    fn retrying(failed: Option<PullError>) -> Self {
+    /// A pull of `reference` under way or waiting to be tried again, its
+    /// last attempt `failed`: a refusal stays one until a pull succeeds.
+    fn retrying(reference: &str, failed: Option<PullError>) -> Self {
         match failed {
             Some(error) if !error.is_transient() => Self::Refused(Refusal::Pull(error)),
-            failed => Self::Pulling(failed),
+            failed => Self::Pulling(reference.to_owned(), failed),
         }
     }
 }
@@ -156,6 +156,28 @@ struct Pull {
     attempts: u32,
     /// When to try again after a failure.
     retry_at: tokio::time::Instant,
+}
+
+impl Pull {
+    fn new(now: tokio::time::Instant) -> Self {
+        Self {
+            task: None,
+            failed: None,
+            attempts: 0,
+            retry_at: now,
+        }
+    }
+
+    /// Records a failed attempt: its error, and when to try again (doubling
+    /// from 2 s to [`PULL_BACKOFF_MAX`]). What the object reads until then.
+    fn fail(&mut self, reference: &str, error: PullError, now: tokio::time::Instant) -> Unknown {
+        self.attempts = self.attempts.saturating_add(1);
+        let backoff = Duration::from_secs(1 << self.attempts.min(6)).min(PULL_BACKOFF_MAX);
+        self.retry_at = now + backoff;
+        tracing::warn!(reference = %reference, error = %error, retry_in = ?backoff, "a module's pull failed");
+        self.failed = Some(error.clone());
+        Unknown::retrying(reference, Some(error))
+    }
 }
 
 impl Drop for Pull {
@@ -361,12 +383,8 @@ impl Controller {
                     }
                 }
                 Err(Unknown::Unavailable(_)) => {}
-                Err(Unknown::Pulling(failed)) => {
+                Err(Unknown::Pulling(reference, failed)) => {
                     tracked.refusal = None;
-                    let reference = match spec::module(&object.data["spec"], key.1.as_deref()) {
-                        Ok(ModuleSource::Oci { reference, .. }) => reference,
-                        _ => String::new(),
-                    };
                     tracked.pulling = Some((reference, failed));
                 }
                 Err(Unknown::Refused(refusal)) => {
@@ -465,7 +483,7 @@ impl Controller {
             match pull.task.take() {
                 Some(task) if !task.is_finished() => {
                     pull.task = Some(task);
-                    return Err(Unknown::retrying(pull.failed.clone()));
+                    return Err(Unknown::retrying(reference, pull.failed.clone()));
                 }
                 Some(task) => {
                     let result = task.await.unwrap_or_else(|error| {
@@ -479,22 +497,11 @@ impl Controller {
                             self.pulls.remove(&key);
                             return Ok(pulled);
                         }
-                        Err(error) => {
-                            pull.attempts = pull.attempts.saturating_add(1);
-                            let backoff = Duration::from_secs(1 << pull.attempts.min(6)).min(PULL_BACKOFF_MAX);
-                            pull.retry_at = now + backoff;
-                            tracing::warn!(reference = %reference, error = %error, retry_in = ?backoff, "a module's pull failed");
-                            pull.failed = Some(error.clone());
-                            return Err(if error.is_transient() {
-                                Unknown::Pulling(Some(error))
-                            } else {
-                                Unknown::Refused(Refusal::Pull(error))
-                            });
-                        }
+                        Err(error) => return Err(pull.fail(reference, error, now)),
                     }
                 }
                 None if now < pull.retry_at => {
-                    return Err(Unknown::retrying(pull.failed.clone()));
+                    return Err(Unknown::retrying(reference, pull.failed.clone()));
                 }
                 None => {}
             }
@@ -502,16 +509,8 @@ impl Controller {
         let credentials = match self.credentials(reference, pull_secret.as_ref(), identity).await {
             Ok(credentials) => credentials,
             Err(Unknown::Refused(Refusal::Pull(error))) if error.is_transient() => {
-                let pull = self.pulls.entry(key).or_insert_with(|| Pull {
-                    task: None,
-                    failed: None,
-                    attempts: 0,
-                    retry_at: now,
-                });
-                pull.attempts = pull.attempts.saturating_add(1);
-                pull.retry_at = now + Duration::from_secs(1 << pull.attempts.min(6)).min(PULL_BACKOFF_MAX);
-                pull.failed = Some(error.clone());
-                return Err(Unknown::Pulling(Some(error)));
+                let pull = self.pulls.entry(key).or_insert_with(|| Pull::new(now));
+                return Err(pull.fail(reference, error, now));
             }
             Err(other) => return Err(other),
         };
@@ -519,14 +518,9 @@ impl Controller {
         let task_reference = reference.clone();
         let task = tokio::spawn(async move { puller.pull(&task_reference, &credentials, limit).await });
         tracing::info!(reference = %reference, "pulling a Handler's module");
-        let pull = self.pulls.entry(key).or_insert_with(|| Pull {
-            task: None,
-            failed: None,
-            attempts: 0,
-            retry_at: now,
-        });
+        let pull = self.pulls.entry(key).or_insert_with(|| Pull::new(now));
         pull.task = Some(task);
-        Err(Unknown::retrying(pull.failed.clone()))
+        Err(Unknown::retrying(reference, pull.failed.clone()))
     }
 
     /// The registry credentials of `pull_secret` (namespace and name) for
