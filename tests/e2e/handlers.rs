@@ -118,6 +118,12 @@ fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
+/// The spec of a Handler running the delta logger from `module` on its
+/// namespace's ConfigMaps.
+fn logging(module: Value) -> Value {
+    json!({"module": module, "config": "v1/ConfigMap", "grant": {"resources": ["v1/ConfigMap"]}})
+}
+
 /// Grants the ServiceAccount `NAMESPACE/account` `verbs` on ConfigMaps in
 /// its namespace.
 async fn grant_configmaps(client: &kube::Client, namespace: &str, account: &str, verbs: &[&str]) {
@@ -205,8 +211,7 @@ async fn tenants_handlers_run_in_their_namespaces_as_their_service_accounts() {
         &client,
         "ns-0",
         "logger",
-        json!({"module": {"configMap": {"name": "logger", "key": "plugin.wasm"}},
-               "config": "v1/ConfigMap", "grant": {"resources": ["v1/ConfigMap"]}}),
+        logging(json!({"configMap": {"name": "logger", "key": "plugin.wasm"}})),
     )
     .await;
 
@@ -486,7 +491,7 @@ impl Drop for Registry {
 
 /// The spec of a Handler running the delta logger from `oci`.
 fn pulled_logger(oci: &str) -> Value {
-    json!({"module": {"oci": oci}, "config": "v1/ConfigMap", "grant": {"resources": ["v1/ConfigMap"]}})
+    logging(json!({"oci": oci}))
 }
 
 fn pulling(registry: &str) -> RuntimeConfig {
@@ -741,8 +746,7 @@ async fn a_misbehaving_registry_is_refused_or_timed_out_while_other_handlers_run
         &client,
         "ns-0",
         "logger",
-        json!({"module": {"configMap": {"name": "logger", "key": "plugin.wasm"}},
-               "config": "v1/ConfigMap", "grant": {"resources": ["v1/ConfigMap"]}}),
+        logging(json!({"configMap": {"name": "logger", "key": "plugin.wasm"}})),
     )
     .await;
     let hang_status = handlers(&client, "ns-0").get("hang").await.unwrap().data["status"].clone();

@@ -222,11 +222,7 @@ impl TenantPolicy {
         }
         Err(Refusal::Policy(format!(
             "spec.module.oci: registry {registry} is not one the tenant policy lets modules be pulled from ({})",
-            if self.registries.is_empty() {
-                "none".to_owned()
-            } else {
-                self.registries.join(", ")
-            }
+            listed(&self.registries)
         )))
     }
 
@@ -294,7 +290,7 @@ impl TenantPolicy {
             if !self.http.iter().any(|bound| bound.covers(entry)) {
                 return Err(Refusal::Policy(format!(
                     "spec.grant.http.allow: {entry} is outside what the tenant policy allows ({})",
-                    self.http.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                    listed(&self.http)
                 )));
             }
         }
@@ -302,20 +298,20 @@ impl TenantPolicy {
             if !self.networks.iter().any(|bound| bound.contains(network)) {
                 return Err(Refusal::Policy(format!(
                     "spec.grant.http.networks: {network} is outside the tenant policy's networks ({})",
-                    if self.networks.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        self.networks
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
+                    listed(&self.networks)
                 )));
             }
         }
         Ok(())
     }
+}
+
+/// The policy's entries of one kind, for a refusal: `none` when it has none.
+fn listed<T: std::fmt::Display>(entries: &[T]) -> String {
+    if entries.is_empty() {
+        return "none".to_owned();
+    }
+    entries.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// `memory-mib` → `memoryMib`.

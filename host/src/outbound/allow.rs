@@ -258,9 +258,7 @@ impl AllowedUrl {
         let host = match (&self.host, &target.host) {
             (HostPattern::Any, _) => true,
             (HostPattern::Exact(allowed), host) => allowed == host,
-            (HostPattern::Subdomains(suffix), Host::Name(name)) => name
-                .strip_suffix(suffix.as_str())
-                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+            (HostPattern::Subdomains(suffix), Host::Name(name)) => subdomain_of(name, suffix),
             (HostPattern::Subdomains(_), Host::Ip(_)) => false,
         };
         let path = match &self.path_prefix {
@@ -280,16 +278,12 @@ impl AllowedUrl {
     /// at most as deep.
     #[must_use]
     pub fn covers(&self, other: &Self) -> bool {
-        let under_suffix = |name: &str, suffix: &str| {
-            name.strip_suffix(suffix)
-                .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
-        };
         let host = match (&self.host, &other.host) {
             (HostPattern::Any, _) => true,
             (HostPattern::Exact(mine), HostPattern::Exact(theirs)) => mine == theirs,
-            (HostPattern::Subdomains(mine), HostPattern::Exact(Host::Name(name))) => under_suffix(name, mine),
+            (HostPattern::Subdomains(mine), HostPattern::Exact(Host::Name(name))) => subdomain_of(name, mine),
             (HostPattern::Subdomains(mine), HostPattern::Subdomains(theirs)) => {
-                mine == theirs || under_suffix(theirs, mine)
+                mine == theirs || subdomain_of(theirs, mine)
             }
             _ => false,
         };
@@ -369,6 +363,13 @@ fn name_problem(name: &str, networks: &[IpNet]) -> Option<String> {
 
 /// True when `path` is `prefix` or below it: `/hooks/ok` is under `/hooks/ok`
 /// and `/hooks/`, not under `/hooks/o`.
+/// True when `name` is a subdomain of `suffix` (`a.example.com` of
+/// `example.com`; not `example.com` itself, nor `badexample.com`).
+fn subdomain_of(name: &str, suffix: &str) -> bool {
+    name.strip_suffix(suffix)
+        .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
+}
+
 fn under(path: &str, prefix: &str) -> bool {
     match path.strip_prefix(prefix) {
         None => false,
