@@ -71,6 +71,10 @@ async fn handle(
         Err(Refusal::InternalError(text)) => return text_response(StatusCode::INTERNAL_SERVER_ERROR, text),
     };
     let attributes = Attributes::of_request(&method, uri.path(), &query);
+    if let Some(resource) = &attributes.resource {
+        let id = ResourceId::new(&resource.group, &resource.version, &resource.resource);
+        shared.stats.resource_request(&id, &resource.namespace);
+    }
     if let Err(forbidden) = shared.authorizer().authorize(&user, &attributes) {
         return error_response(&forbidden);
     }

@@ -228,11 +228,21 @@ pub(crate) struct Stats {
     pub(crate) by_request: health::Requests,
     watches_opened: Mutex<HashMap<String, u64>>,
     pub(crate) watches_open: Mutex<HashMap<String, u64>>,
+    /// Resource requests by resource (as [`stat_name`] names it) and
+    /// namespace, allowed or refused.
+    by_resource: Mutex<HashMap<(String, String), u64>>,
 }
 
 impl Stats {
     pub(crate) fn request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request on `id` in `namespace`, before it is authorized.
+    pub(crate) fn resource_request(&self, id: &ResourceId, namespace: &str) {
+        *lock(&self.by_resource)
+            .entry((stat_name(id), namespace.to_owned()))
+            .or_default() += 1;
     }
 
     pub(crate) fn watch_opened(&self, id: &ResourceId) {
@@ -463,6 +473,19 @@ impl ApiServer {
     #[must_use]
     pub fn stats(&self) -> ServerStats {
         server_stats(&self.shared)
+    }
+
+    /// How many requests were made on `resource` (`services`,
+    /// `endpointslices.discovery.k8s.io`: plural, then group, as
+    /// [`ServerStats::watches_opened`] names them) in `namespace` (`""`:
+    /// across all namespaces, or a cluster-scoped resource), whatever their
+    /// verb or subresource, and whether they were allowed or refused.
+    #[must_use]
+    pub fn requests_on(&self, resource: &str, namespace: &str) -> u64 {
+        lock(&self.shared.stats.by_resource)
+            .get(&(resource.to_owned(), namespace.to_owned()))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Stops serving; open watches end.

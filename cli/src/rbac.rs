@@ -85,10 +85,11 @@ pub fn permissions(dir: &Path, options: &RbacOptions) -> anyhow::Result<Permissi
         let review = grant.review(&report.registration);
         permissions.add_plugin(&grant, &review);
         permissions.add_env(&manifest.env);
-        if !grant.http().is_empty() {
-            permissions.add_api_server_addresses();
-        }
     }
+    // Whatever the plugins grant: the host follows the API server's
+    // addresses from its start, and a plugin that grants HTTP may come with
+    // the next reload, or as a Handler.
+    permissions.add_api_server_addresses();
     if let Some(namespace) = &options.lease_namespace {
         permissions.add_leader_election(namespace);
     }
@@ -99,8 +100,8 @@ pub fn permissions(dir: &Path, options: &RbacOptions) -> anyhow::Result<Permissi
 }
 
 /// The YAML documents (ClusterRole and ClusterRoleBinding when anything is
-/// needed cluster-wide, a Role and RoleBinding per namespace) for the plugins
-/// of `dir`.
+/// needed cluster-wide, a Role and RoleBinding per namespace, `default`'s
+/// always: the API server's addresses) for the plugins of `dir`.
 ///
 /// # Errors
 ///

@@ -155,25 +155,6 @@ fn needed(dir: &Path, cache: &Path) -> BTreeSet<Permission> {
                 }
             }
         }
-        if !manifest.grant.http().is_empty() {
-            // The API server's addresses, refused to plugins' HTTP, followed.
-            for verb in ["get", "list", "watch"] {
-                needed.insert((
-                    "default".into(),
-                    String::new(),
-                    "services#kubernetes".into(),
-                    verb.into(),
-                ));
-            }
-            for verb in ["list", "watch"] {
-                needed.insert((
-                    "default".into(),
-                    "discovery.k8s.io".into(),
-                    "endpointslices".into(),
-                    verb.into(),
-                ));
-            }
-        }
         for var in &manifest.env {
             let (resource, key) = match &var.value {
                 EnvValue::Literal(_) => continue,
@@ -198,7 +179,32 @@ fn needed(dir: &Path, cache: &Path) -> BTreeSet<Permission> {
             verb.into(),
         ));
     }
+    needed.extend(api_server_addresses());
     needed
+}
+
+/// What every host needs, whatever its plugins: the API server's addresses,
+/// refused to plugins' HTTP, followed in `default`.
+fn api_server_addresses() -> BTreeSet<Permission> {
+    let services = ["get", "list", "watch"].map(|verb| {
+        let resource = "services#kubernetes";
+        (
+            "default".to_owned(),
+            String::new(),
+            resource.to_owned(),
+            verb.to_owned(),
+        )
+    });
+    let slices = ["list", "watch"].map(|verb| {
+        let (group, resource) = ("discovery.k8s.io", "endpointslices");
+        (
+            "default".to_owned(),
+            group.to_owned(),
+            resource.to_owned(),
+            verb.to_owned(),
+        )
+    });
+    services.into_iter().chain(slices).collect()
 }
 
 #[test]
@@ -626,8 +632,10 @@ async fn every_overlay_passes_a_server_side_dry_run() {
     }
 }
 
-/// `kinformer crds` prints the CRDs `deploy/crds` carries, and the tenants
-/// overlay's RBAC for Handlers is what `kinformer rbac --handlers` adds.
+/// `kinformer crds` prints the CRDs `deploy/crds` carries, the tenants
+/// overlay's RBAC for Handlers is what `kinformer rbac --handlers` adds, and
+/// every overlay carries the Role in `default` that `kinformer rbac` prints
+/// with or without Handlers, for any plugins: the API server's addresses.
 #[test]
 fn kinformer_crds_prints_the_deployed_crds_and_rbac_handlers_the_tenants_overlays_rules() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer"))
@@ -672,4 +680,27 @@ fn kinformer_crds_prints_the_deployed_crds_and_rbac_handlers_the_tenants_overlay
     let shipped = documents(&std::fs::read_to_string(deploy().join("overlays/tenants/handlers-rbac.yaml")).unwrap());
     assert_eq!(rules(&printed), rules(&shipped));
     assert!(rules(&shipped).contains("/serviceaccounts:impersonate"));
+
+    // The API server's addresses, with and without Handlers and whatever
+    // the plugins: every host follows them. Each overlay carries them.
+    let in_default = |documents: &[serde_yaml::Value]| -> BTreeSet<Permission> {
+        granted(documents)
+            .into_iter()
+            .filter(|(place, ..)| place == "default")
+            .collect()
+    };
+    assert_eq!(in_default(&printed), api_server_addresses());
+    let without_handlers = documents(&kinformer_cli::rbac::rbac(empty.path(), &RbacOptions::default()).unwrap());
+    assert_eq!(granted(&without_handlers), api_server_addresses());
+    let bound: Vec<&str> = without_handlers.iter().map(kind).collect();
+    assert_eq!(bound, ["Role", "RoleBinding"]);
+    assert_eq!(without_handlers[1]["metadata"]["namespace"], "default");
+    for overlay in ["single", "ha", "oci", "tenants"] {
+        let rendered = kustomize(overlay);
+        let missing: Vec<_> = api_server_addresses()
+            .difference(&in_default(&rendered))
+            .cloned()
+            .collect();
+        assert!(missing.is_empty(), "deploy/overlays/{overlay} lacks {missing:?}");
+    }
 }

@@ -1,8 +1,9 @@
 //! `kinformer run` when things go wrong: credentials that may not list a
 //! resource (retried with client-go's back-off, said in sentences an operator
-//! reads, the other plugins served meanwhile), a shutdown that comes while
-//! a plugin takes a minute to compile, and a corporate proxy in the
-//! environment.
+//! reads, the other plugins served meanwhile), an account that may not read
+//! the API server's addresses (said once), a plugin that puts a credential in
+//! a URL (never logged), a shutdown that comes while a plugin takes a minute
+//! to compile, and a corporate proxy in the environment.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::path::Path;
@@ -14,8 +15,13 @@ use apiserver_sim::{ApiServer, SimConfig};
 
 /// `kinformer run` on `d/plugins` against `server`, logging to `d/run.log`.
 fn run(server: &ApiServer, d: &Path, extra: &[&str]) -> Child {
+    run_as(server, "host", d, extra)
+}
+
+/// [`run`] with `token`: the cluster's admin unless the server issued it.
+fn run_as(server: &ApiServer, token: &str, d: &Path, extra: &[&str]) -> Child {
     let kubeconfig = d.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_with_token("host")).unwrap();
+    std::fs::write(&kubeconfig, server.kubeconfig_with_token(token)).unwrap();
     Command::new(env!("CARGO_BIN_EXE_kinformer"))
         .arg("run")
         .arg("--plugins")
@@ -210,6 +216,149 @@ async fn a_forbidden_list_backs_off_exponentially_and_is_logged_in_sentences() {
             .any(|line| line.contains("initial list synced") && line.contains("resource=\"Pod\"")),
         "{text}"
     );
+}
+
+/// The lines of `d/run.log`, once one contains each of `parts`.
+async fn logged(d: &Path, parts: &[&str]) -> String {
+    let log = || std::fs::read_to_string(d.join("run.log")).unwrap_or_default();
+    let found = tokio::time::timeout(Duration::from_secs(60), async {
+        while !log().lines().any(|line| parts.iter().all(|part| line.contains(part))) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "no line with {parts:?}:\n{}", log());
+    log()
+}
+
+/// The body of `GET path` from the host's status endpoint, whose address its
+/// log names.
+async fn status_page(log: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let address = log
+        .split("plugin status at http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no status address in:\n{log}"));
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_in_a_plugin_s_url_reaches_neither_the_log_nor_the_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let churn = server
+        .start_workload(&apiserver_sim::workload::Workload::default().seed(5).size(1, 1, 2))
+        .unwrap();
+    let plugins = d.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::write(
+        plugins.join("leaky.wasm"),
+        plugin_artifacts::test_plugin("hostile.wasm"),
+    )
+    .unwrap();
+    // A URL the allow-list refuses for its user info, with a token in its
+    // query too.
+    std::fs::write(
+        plugins.join("leaky.toml"),
+        "config = \"fetch=http://user:SECRET@127.0.0.1:9/hook?token=SECRET\"\n\
+         [grant.http]\nallow = [\"http://127.0.0.1:9\"]\nnetworks = [\"127.0.0.1/32\"]\n",
+    )
+    .unwrap();
+    let mut child = run(&server, d, &[]);
+    let log = logged(d, &["http request refused or failed", "leaky"]).await;
+    let pages = [
+        status_page(&log, "/plugins").await,
+        status_page(&log, "/overview").await,
+        status_page(&log, "/metrics").await,
+    ];
+    let _ = child.kill();
+    let _ = child.wait();
+    churn.abort();
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    let refused = log
+        .lines()
+        .find(|line| line.contains("http request refused or failed"))
+        .unwrap();
+    // The audit still says what was refused, and why.
+    assert!(
+        refused.contains("http://127.0.0.1:9") && refused.contains("http://…@127.0.0.1:9/hook?…"),
+        "{refused}"
+    );
+    assert!(!log.contains("SECRET"), "{log}");
+    for page in pages {
+        assert!(!page.contains("SECRET"), "{page}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_that_may_not_read_the_api_server_s_addresses_is_told_once_and_asks_with_back_off() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("plugins")).unwrap();
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let admin = kube::Client::try_from(server.client_config()).unwrap();
+    let params = kube::api::PostParams::default();
+    let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(admin, "default");
+    let account = serde_json::from_value(serde_json::json!({"metadata": {"name": "host"}})).unwrap();
+    accounts.create(&params, &account).await.unwrap();
+    let request: TokenRequest = serde_json::from_value(serde_json::json!({"spec": {}})).unwrap();
+    let issued = accounts
+        .create_subresource::<_, TokenRequest>("token", "host", &params, &request)
+        .await
+        .unwrap();
+    let token = issued.status.and_then(|status| status.token).unwrap();
+    let mut child = run_as(&server, &token, d, &[]);
+    logged(d, &["cannot read the EndpointSlices of default/kubernetes"]).await;
+    logged(d, &["cannot read the Service default/kubernetes"]).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let services = server.requests_on("services", "default");
+    let slices = server.requests_on("endpointslices.discovery.k8s.io", "default");
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    // Asked for again with back-off (800 ms doubling: at most five lists in
+    // the first 12 s, against a dozen at once a second)...
+    assert!(
+        (2..=5).contains(&services) && (2..=5).contains(&slices),
+        "{services} lists of the Service and {slices} of the EndpointSlices:\n{log}"
+    );
+    // ...and said once each, at WARN, with the permission and what the host
+    // does without it.
+    for (objects, permission) in [
+        (
+            "the Service default/kubernetes",
+            "list and watch on services (core) in namespace default",
+        ),
+        (
+            "the EndpointSlices of default/kubernetes",
+            "list and watch on endpointslices (discovery.k8s.io) in namespace default",
+        ),
+    ] {
+        let said: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains(&format!("cannot read {objects}")))
+            .collect();
+        assert_eq!(said.len(), 1, "{said:#?}");
+        assert!(
+            said[0].contains("WARN")
+                && said[0].contains("forbidden (403)")
+                && said[0].contains(permission)
+                && said[0].contains("`kinformer rbac`")
+                && said[0].contains("refused the API server at the addresses its kubeconfig names"),
+            "{}",
+            said[0]
+        );
+    }
 }
 
 /// A component whose compile takes about a minute here: `functions` copies of

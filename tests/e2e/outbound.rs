@@ -1,15 +1,21 @@
 //! Outbound HTTP as a tenant would try it: a plugin reaches exactly what its
 //! allow-list names, never loopback, cloud metadata or the API server under
 //! another name, and a slow, endless or flooded server costs it only its own
-//! requests.
+//! requests. The host learns the API server's addresses under the RBAC
+//! `kinformer rbac` prints, and without it asks again only with back-off.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use apiserver_sim::workload::Workload;
+use apiserver_sim::{ApiServer, SimConfig};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kinformer::outbound::{AddressPolicy, follow_api_server};
 use kinformer::runtime::{Runtime, RuntimeConfig};
 use kinformer_tests::http::serve;
 use kinformer_tests::runtime::{Logs, cluster, install, plugin_status, until};
@@ -369,4 +375,117 @@ async fn the_notifier_posts_each_crash_loop_once_to_the_webhook_its_secret_names
     assert_eq!((status.http_errors, status.traps), (0, 0), "{:?}", status.http_by);
     runtime.shutdown().await;
     churn.abort();
+}
+
+/// A client that sends a token the emulation issued for the ServiceAccount
+/// `default/name`, created here: RBAC applies to it, as to a host in a pod.
+async fn service_account(server: &ApiServer, admin: &kube::Client, name: &str) -> kube::Client {
+    let params = kube::api::PostParams::default();
+    let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(admin.clone(), "default");
+    let account = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    accounts.create(&params, &account).await.unwrap();
+    let request: TokenRequest = serde_json::from_value(serde_json::json!({"spec": {}})).unwrap();
+    let issued = accounts
+        .create_subresource::<_, TokenRequest>("token", name, &params, &request)
+        .await
+        .unwrap();
+    let mut config = server.client_config();
+    let token = issued.status.and_then(|status| status.token).unwrap();
+    config.auth_info.token = Some(token.into());
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Requests on the Service and on the EndpointSlices of `default`.
+fn requests_for_addresses(server: &ApiServer) -> (u64, u64) {
+    (
+        server.requests_on("services", "default"),
+        server.requests_on("endpointslices.discovery.k8s.io", "default"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_s_addresses_are_asked_for_with_back_off_without_rbac_and_learned_with_what_rbac_prints() {
+    let server = ApiServer::start(SimConfig::default()).await.unwrap();
+    let admin = kube::Client::try_from(server.client_config()).unwrap();
+    // The control plane's EndpointSlice, as kube-apiserver keeps it.
+    let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["172.18.0.2"]}],
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    kube::Api::<EndpointSlice>::namespaced(admin.clone(), "default")
+        .create(&kube::api::PostParams::default(), &slice)
+        .await
+        .unwrap();
+    let host = service_account(&server, &admin, "host").await;
+
+    // A host whose account may read neither: each list is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::start(host.clone(), RuntimeConfig::new(dir.path()))
+        .await
+        .unwrap();
+    until(
+        "the host to ask for the API server's addresses",
+        Duration::from_secs(30),
+        || {
+            let (services, slices) = requests_for_addresses(&server);
+            services >= 1 && slices >= 1
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (services, slices) = requests_for_addresses(&server);
+    runtime.shutdown().await;
+    // 800 ms doubling, each wait stretched by up to its length: at most four
+    // lists in the 10 s after the first (at 0.8, 2.4 and 5.6 s at the
+    // earliest; the next at 12 s). A back-off that starts over at each
+    // attempt asks about once a second: seven or more.
+    assert!(
+        (1..=5).contains(&services) && (1..=5).contains(&slices),
+        "{services} requests for the Service and {slices} for the EndpointSlices in 10 s"
+    );
+
+    // Granted the Role `kinformer rbac` prints for a host with no plugins
+    // (and so for any), the host learns both.
+    let empty = tempfile::tempdir().unwrap();
+    let options = kinformer_cli::rbac::RbacOptions {
+        service_account: "host".into(),
+        service_account_namespace: "default".into(),
+        ..kinformer_cli::rbac::RbacOptions::default()
+    };
+    let printed = kinformer_cli::rbac::rbac(empty.path(), &options).unwrap();
+    let params = kube::api::PostParams::default();
+    for document in printed.split("---\n") {
+        let value: serde_yaml::Value = serde_yaml::from_str(document).unwrap();
+        match value["kind"].as_str() {
+            Some("Role") => {
+                let role: Role = serde_yaml::from_value(value).unwrap();
+                let roles = kube::Api::<Role>::namespaced(admin.clone(), "default");
+                roles.create(&params, &role).await.unwrap();
+            }
+            Some("RoleBinding") => {
+                let binding: RoleBinding = serde_yaml::from_value(value).unwrap();
+                let bindings = kube::Api::<RoleBinding>::namespaced(admin.clone(), "default");
+                bindings.create(&params, &binding).await.unwrap();
+            }
+            other => panic!("`kinformer rbac` for no plugins printed a {other:?}:\n{printed}"),
+        }
+    }
+    let policy = AddressPolicy::default();
+    let follower = follow_api_server(host, policy.clone());
+    let expected: Vec<std::net::SocketAddr> =
+        vec!["10.96.0.1:443".parse().unwrap(), "172.18.0.2:6443".parse().unwrap()];
+    until(
+        "the API server's Service and EndpointSlice to be learned",
+        Duration::from_secs(30),
+        || {
+            let mut learned = policy.api_server();
+            learned.sort_unstable();
+            learned == expected
+        },
+    )
+    .await;
+    follower.abort();
 }

@@ -302,3 +302,31 @@ async fn impersonation_needs_the_impersonate_verb_and_then_the_impersonated_user
         "Internal Server Error: \"/api/v1/namespaces/shop/pods\": requested [{Group  ops    }] without impersonating a user\n"
     );
 }
+
+#[tokio::test]
+async fn requests_are_counted_by_resource_and_namespace_whether_allowed_or_refused() {
+    let (server, admin) = start(SimConfig::default().controllers(false)).await;
+    shop(&admin).await;
+    let config = service_account_client(&server, &admin, "counted").await;
+    let counted = Client::try_from(config).unwrap();
+    let refused = Api::<Pod>::namespaced(counted, "default")
+        .list(&ListParams::default())
+        .await;
+    assert_eq!(api_error(refused.unwrap_err()).code, 403);
+    Api::<Pod>::namespaced(admin.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    Api::<Pod>::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    Api::<Deployment>::namespaced(admin, "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(server.requests_on("pods", "default"), 2);
+    assert_eq!(server.requests_on("pods", ""), 1);
+    assert_eq!(server.requests_on("deployments.apps", "default"), 1);
+    assert_eq!(server.requests_on("pods", "shop"), 0);
+}

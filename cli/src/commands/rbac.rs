@@ -7,7 +7,8 @@ use kinformer_cli::rbac::RbacOptions;
 /// Print the Role, ClusterRole and bindings that `kinformer run` needs
 /// for the plugins of a directory, as YAML for `kubectl apply -f -`: list
 /// and watch on what their informers cache, each write verb their grants
-/// allow, and Leases for leader election.
+/// allow, the Service and EndpointSlices of the API server in `default`
+/// (to refuse plugins its addresses), and Leases for leader election.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Rbac {
     /// Directory of plugin components (*.wasm) and their manifests (*.toml).

@@ -44,8 +44,11 @@ pub struct WriteRecord {
 impl WriteRecord {
     /// An outbound HTTP request as a rollout compares it with the other
     /// version's: resource `http`, its method as the verb, its URL as the
-    /// key, and its body's SHA-256 as the body; refused when the plugin's
-    /// grant or limits refused it, `ok` however else it ended.
+    /// key (as [`crate::text::redact_url`] shows it: the record reaches the
+    /// plugin's status), and as the body the SHA-256 of its body and of its
+    /// query, so that two requests that differ only in their query still
+    /// differ; refused when the plugin's grant or limits refused it, `ok`
+    /// however else it ended.
     #[must_use]
     pub fn of_request(intent: &crate::outbound::Intent, outcome: crate::outbound::Outcome, shadow: bool) -> Self {
         let outcome = if outcome.is_refusal() { outcome.as_str() } else { "ok" };
@@ -59,14 +62,18 @@ impl WriteRecord {
             "OPTIONS" => "OPTIONS",
             _ => "HTTP",
         };
+        let mut body = serde_json::json!({"sha256": intent.body_sha256});
+        if let Some((_, query)) = intent.url.split_once('?') {
+            body["querySha256"] = crate::plugin::digest(query.as_bytes()).into();
+        }
         Self {
             verb,
             resource: "http".into(),
-            key: intent.url.clone(),
+            key: crate::text::redact_url(&intent.url),
             outcome,
             message: None,
             dry_run: shadow,
-            body: Some(serde_json::json!({"sha256": intent.body_sha256}).to_string()),
+            body: Some(body.to_string()),
         }
     }
 
@@ -117,5 +124,35 @@ impl Writer {
             observer(&record);
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbound::{Intent, Outcome};
+
+    fn request(url: &str) -> WriteRecord {
+        let intent = Intent {
+            method: "GET".into(),
+            url: url.into(),
+            body_sha256: crate::plugin::digest(b""),
+        };
+        WriteRecord::of_request(&intent, Outcome::Ok, false)
+    }
+
+    #[test]
+    fn a_request_s_record_shows_no_query_yet_tells_queries_apart() {
+        let url = "https://hooks.example.com:443/hook?token=SECRET";
+        let record = request(url);
+        assert_eq!(record.key, "https://hooks.example.com:443/hook?…");
+        let shown = serde_json::to_string(&record).unwrap();
+        assert!(!shown.contains("SECRET"), "{shown}");
+        let same = crate::rollout::compare(std::slice::from_ref(&record), &[request(url)]);
+        assert!(same.differences.is_empty(), "{:?}", same.differences);
+        let other = crate::rollout::compare(&[record], &[request("https://hooks.example.com:443/hook?token=OTHER")]);
+        assert_eq!(other.differences.len(), 1, "{:?}", other.differences);
+        let said = format!("{:?}", other.differences);
+        assert!(said.contains("querySha256") && !said.contains("SECRET"), "{said}");
     }
 }

@@ -2,7 +2,9 @@
 //! every resource an informer caches for them, each write verb (and `get` and
 //! `list` for each read) their grants allow, `get`, `list` and `watch` on
 //! exactly the Secrets and ConfigMaps their `[env]` names (`resourceNames`),
-//! and the Lease of leader election; nothing else.
+//! the Service `default/kubernetes` and the EndpointSlices of `default` (the
+//! API server's addresses, refused to plugins), and the Lease of leader
+//! election; nothing else.
 //!
 //! It is computed from the same [`Review`] of each plugin's registration that
 //! the runtime starts informers from and `kinformer check` prints, and from
@@ -152,9 +154,11 @@ impl Permissions {
     }
 
     /// Adds what following the API server's addresses needs, for plugins'
-    /// outbound HTTP to be refused them ([`crate::outbound::follow_api_server`]):
-    /// `list` and `watch` on the Service `default/kubernetes` (by name) and on
-    /// the EndpointSlices of `default` (RBAC cannot name them by label).
+    /// outbound HTTP to be refused them ([`crate::outbound::follow_api_server`],
+    /// which every host runs): `get`, `list` and `watch` on the Service
+    /// `default/kubernetes` (by name) and `list` and `watch` on the
+    /// EndpointSlices of `default` (RBAC cannot name them by label). Without
+    /// them the host refuses the API server only at its kubeconfig's address.
     pub fn add_api_server_addresses(&mut self) {
         self.rules(Some("default"))
             .entry(("discovery.k8s.io".to_owned(), "endpointslices".to_owned()))
@@ -416,6 +420,26 @@ mod tests {
         }
         assert!(rule(&namespaced["a"], "apps", "deployments").is_some());
         assert!(rule(&namespaced["b"], "apps", "deployments").is_none());
+    }
+
+    #[test]
+    fn the_api_server_s_addresses_are_read_in_default_only() {
+        let mut permissions = Permissions::new();
+        permissions.add_api_server_addresses();
+        assert!(permissions.cluster_rules().is_empty());
+        let namespaced = permissions.namespaced_rules();
+        assert_eq!(namespaced.keys().collect::<Vec<_>>(), ["default"]);
+        let default = &namespaced["default"];
+        assert_eq!(
+            rule(default, "discovery.k8s.io", "endpointslices"),
+            Some(vec!["list".into(), "watch".into()])
+        );
+        assert_eq!(
+            rule(default, "", "services"),
+            Some(vec!["get".into(), "list".into(), "watch".into()])
+        );
+        let services = default.iter().find(|rule| rule.resource_names.is_some()).unwrap();
+        assert_eq!(services.resource_names, Some(vec!["kubernetes".to_owned()]));
     }
 
     #[test]

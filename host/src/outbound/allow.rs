@@ -17,7 +17,9 @@ use std::net::IpAddr;
 
 use super::address::{IpNet, ip_literal};
 
-/// Why an allow-list entry or a request URL cannot be read.
+/// Why an allow-list entry or a request URL cannot be read. Each variant
+/// holds the URL as [`crate::text::redact_url`] shows it: never its user
+/// info, query or fragment.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UrlError {
@@ -131,7 +133,7 @@ impl Target {
     ///
     /// When the scheme is not http(s), there is no host, or there is user info.
     pub fn parse(uri: &http::Uri) -> Result<Self, UrlError> {
-        let text = uri.to_string();
+        let text = crate::text::redact_url(&uri.to_string());
         let scheme = uri
             .scheme_str()
             .and_then(Scheme::parse)
@@ -188,15 +190,14 @@ impl AllowedUrl {
     ///
     /// When the scheme, host, port or path is malformed.
     pub fn parse(text: &str) -> Result<Self, UrlError> {
-        let (scheme, rest) = text
-            .split_once("://")
-            .ok_or_else(|| UrlError::Malformed(text.to_owned()))?;
-        let scheme = Scheme::parse(scheme).ok_or_else(|| UrlError::Scheme(text.to_owned()))?;
+        let shown = || crate::text::redact_url(text);
+        let (scheme, rest) = text.split_once("://").ok_or_else(|| UrlError::Malformed(shown()))?;
+        let scheme = Scheme::parse(scheme).ok_or_else(|| UrlError::Scheme(shown()))?;
         let (authority, path) = match rest.find('/') {
             Some(slash) => (&rest[..slash], Some(&rest[slash..])),
             None => (rest, None),
         };
-        let malformed = || UrlError::Malformed(text.to_owned());
+        let malformed = || UrlError::Malformed(shown());
         if authority.contains('@') || authority.is_empty() {
             return Err(malformed());
         }
@@ -207,7 +208,7 @@ impl AllowedUrl {
                 .parse::<u16>()
                 .ok()
                 .filter(|&p| p != 0)
-                .ok_or_else(|| UrlError::Port(text.to_owned()))?,
+                .ok_or_else(|| UrlError::Port(shown()))?,
             None => scheme.default_port(),
         };
         let host = match host {
@@ -221,7 +222,7 @@ impl AllowedUrl {
         let path_prefix = match path {
             None | Some("/") => None,
             Some(path) if path.contains(['?', '#', '\\', '%', ';']) || has_dot_segment(path) => {
-                return Err(UrlError::Path(text.to_owned()));
+                return Err(UrlError::Path(shown()));
             }
             Some(path) => Some(path.to_owned()),
         };
@@ -739,8 +740,8 @@ mod tests {
             ("ftp://example.com", UrlError::Scheme("ftp://example.com".into())),
             ("example.com", UrlError::Malformed("example.com".into())),
             (
-                "https://user@example.com",
-                UrlError::Malformed("https://user@example.com".into()),
+                "https://user:SECRET@example.com",
+                UrlError::Malformed("https://…@example.com".into()),
             ),
             ("https://example.com:0", UrlError::Port("https://example.com:0".into())),
             (
@@ -761,8 +762,8 @@ mod tests {
                 UrlError::Path("https://example.com/a/../b".into()),
             ),
             (
-                "https://example.com/a?b",
-                UrlError::Path("https://example.com/a?b".into()),
+                "https://example.com/a?SECRET",
+                UrlError::Path("https://example.com/a?…".into()),
             ),
         ] {
             assert_eq!(AllowedUrl::parse(entry), Err(error), "{entry}");
@@ -776,5 +777,18 @@ mod tests {
         assert_eq!(t.origin(), "https://hooks.slack.com:443");
         assert_eq!(target("http://[::1]:81/").origin(), "http://[::1]:81");
         assert!(Target::parse(&"https://u:p@example.com/".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn a_refused_url_s_error_carries_no_user_info_or_query() {
+        let refused = Target::parse(&"http://user:SECRET@example.com/hook?token=SECRET".parse().unwrap()).unwrap_err();
+        assert_eq!(refused, UrlError::Malformed("http://…@example.com/hook?…".into()));
+        let message = refused.to_string();
+        assert!(
+            !message.contains("SECRET") && message.contains("without user info"),
+            "{message}"
+        );
+        let ftp = Target::parse(&"ftp://user:SECRET@example.com/?SECRET".parse().unwrap()).unwrap_err();
+        assert!(!ftp.to_string().contains("SECRET"), "{ftp}");
     }
 }

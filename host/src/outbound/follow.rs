@@ -6,9 +6,13 @@
 //! says so.
 //!
 //! kube-runtime's `watcher` earns its place here: two small watches whose
-//! every event is a handful of addresses. Without the RBAC to read them
-//! (`kinformer rbac` grants it), the host says so once and refuses the
-//! addresses it learned from its kubeconfig only.
+//! every event is a handful of addresses. A refused list or watch is tried
+//! again with the informers' back-off ([`crate::retry::Backoff`]: 800 ms
+//! doubling to 30 s), not kube-runtime's default, which starts over at each
+//! attempt and so retries about once a second. Without the RBAC to read them
+//! (`kinformer rbac` prints it), the host says so once, at WARN, naming the
+//! permission, and refuses the addresses it learned from its kubeconfig
+//! only; the retries that follow are logged at DEBUG.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -25,6 +29,33 @@ use super::{AddressPolicy, ApiSource};
 const NAMESPACE: &str = "default";
 const SERVICE: &str = "kubernetes";
 
+/// What one of the two watches reads: the source it sets in the policy, and
+/// how the host's log names it.
+#[derive(Debug, Clone, Copy)]
+struct Watched {
+    source: ApiSource,
+    /// The objects: "the Service default/kubernetes".
+    objects: &'static str,
+    /// The addresses they give: "its ClusterIPs".
+    addresses: &'static str,
+    /// The resource as RBAC names it, with its API group.
+    resource: &'static str,
+}
+
+const SERVICE_WATCH: Watched = Watched {
+    source: ApiSource::Service,
+    objects: "the Service default/kubernetes",
+    addresses: "its ClusterIPs",
+    resource: "services (core)",
+};
+
+const SLICES_WATCH: Watched = Watched {
+    source: ApiSource::Endpoints,
+    objects: "the EndpointSlices of default/kubernetes",
+    addresses: "the servers behind it",
+    resource: "endpointslices (discovery.k8s.io)",
+};
+
 /// Follows `default/kubernetes` and its EndpointSlices into `policy` until
 /// the returned task is aborted.
 pub fn follow_api_server(client: Client, policy: AddressPolicy) -> tokio::task::JoinHandle<()> {
@@ -35,14 +66,14 @@ pub fn follow_api_server(client: Client, policy: AddressPolicy) -> tokio::task::
         let service = follow(
             services,
             watcher::Config::default().fields(&format!("metadata.name={SERVICE}")),
-            ApiSource::Service,
+            SERVICE_WATCH,
             service_policy,
             service_addresses,
         );
         let endpoints = follow(
             slices,
             watcher::Config::default().labels(&format!("kubernetes.io/service-name={SERVICE}")),
-            ApiSource::Endpoints,
+            SLICES_WATCH,
             policy,
             slice_addresses,
         );
@@ -51,56 +82,158 @@ pub fn follow_api_server(client: Client, policy: AddressPolicy) -> tokio::task::
 }
 
 /// Watches the objects `api` and `config` select, and sets their addresses
-/// as `source`'s after every change.
+/// as `watched`'s source's after every change.
 async fn follow<K>(
     api: Api<K>,
     config: watcher::Config,
-    source: ApiSource,
+    watched: Watched,
     policy: AddressPolicy,
     addresses: fn(&K) -> Vec<SocketAddr>,
 ) where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
     K::DynamicType: Default,
 {
-    let what = K::kind(&K::DynamicType::default()).into_owned();
-    let mut known: BTreeMap<String, Vec<SocketAddr>> = BTreeMap::new();
-    let mut building: BTreeMap<String, Vec<SocketAddr>> = BTreeMap::new();
-    let mut warned = false;
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let backoff = crate::retry::Backoff::default();
+    let retry_in = backoff.next_delay();
+    let mut events = std::pin::pin!(watcher(api, config).backoff(backoff));
+    let mut follower = Follower::new(addresses);
     while let Some(event) = events.next().await {
-        let changed = match event {
-            Ok(watcher::Event::Apply(object)) => {
-                known.insert(object.name_any(), addresses(&object));
-                true
+        match follower.step(event) {
+            Step::Quiet => {}
+            Step::Learned { addresses, recovered } => {
+                if recovered {
+                    tracing::info!(
+                        "reading {} again: plugins are refused the API server at {} too",
+                        watched.objects,
+                        watched.addresses
+                    );
+                }
+                tracing::debug!(source = ?watched.source, ?addresses, "the API server's addresses");
+                policy.set_api_server(watched.source, addresses);
             }
-            Ok(watcher::Event::Delete(object)) => known.remove(&object.name_any()).is_some(),
+            Step::Failed {
+                failure,
+                forbidden: true,
+                first: true,
+            } => tracing::warn!(
+                "cannot read {}: {failure}; without list and watch on {} in namespace {NAMESPACE} \
+                 (`kinformer rbac` prints the Role), plugins are refused the API server at the addresses \
+                 its kubeconfig names but not at {}; retrying with back-off",
+                watched.objects,
+                watched.resource,
+                watched.addresses
+            ),
+            Step::Failed {
+                failure, first: true, ..
+            } => tracing::warn!(
+                "cannot read {}: {failure}; plugins are refused the API server at the addresses known so far, \
+                 not at {} as they change; retrying with back-off",
+                watched.objects,
+                watched.addresses
+            ),
+            Step::Failed { failure, .. } => tracing::debug!(
+                "cannot read {}: {failure}; retrying in {:.1} s",
+                watched.objects,
+                retry_in.get().as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// What one event of a watch means for the API server's addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Nothing to change.
+    Quiet,
+    /// The addresses are now these; `recovered` when the list that gave
+    /// them is the first to succeed after a failure.
+    Learned {
+        addresses: Vec<SocketAddr>,
+        recovered: bool,
+    },
+    /// The list or watch failed (`failure`, one sentence), `forbidden` by
+    /// RBAC or not; `first` for the first failure since it last succeeded,
+    /// the one the host says at WARN.
+    Failed {
+        failure: String,
+        forbidden: bool,
+        first: bool,
+    },
+}
+
+/// The state of one watch: the addresses of each object it knows, those of
+/// the list being read, and whether it is failing.
+struct Follower<K> {
+    addresses: fn(&K) -> Vec<SocketAddr>,
+    known: BTreeMap<String, Vec<SocketAddr>>,
+    building: BTreeMap<String, Vec<SocketAddr>>,
+    failing: bool,
+}
+
+impl<K> Follower<K>
+where
+    K: Resource,
+    K::DynamicType: Default,
+{
+    fn new(addresses: fn(&K) -> Vec<SocketAddr>) -> Self {
+        Self {
+            addresses,
+            known: BTreeMap::new(),
+            building: BTreeMap::new(),
+            failing: false,
+        }
+    }
+
+    /// Takes one event of the watch.
+    fn step(&mut self, event: watcher::Result<watcher::Event<K>>) -> Step {
+        match event {
+            Ok(watcher::Event::Apply(object)) => {
+                self.known.insert(object.name_any(), (self.addresses)(&object));
+                self.learned(false)
+            }
+            Ok(watcher::Event::Delete(object)) => match self.known.remove(&object.name_any()) {
+                Some(_) => self.learned(false),
+                None => Step::Quiet,
+            },
             Ok(watcher::Event::Init) => {
-                building.clear();
-                false
+                self.building.clear();
+                Step::Quiet
             }
             Ok(watcher::Event::InitApply(object)) => {
-                building.insert(object.name_any(), addresses(&object));
-                false
+                self.building.insert(object.name_any(), (self.addresses)(&object));
+                Step::Quiet
             }
             Ok(watcher::Event::InitDone) => {
-                known = std::mem::take(&mut building);
-                true
+                self.known = std::mem::take(&mut self.building);
+                let recovered = std::mem::replace(&mut self.failing, false);
+                self.learned(recovered)
             }
-            Err(error) => {
-                if !warned {
-                    tracing::warn!(
-                        "cannot watch {what} {NAMESPACE}/{SERVICE} ({error}): plugins are refused the API server at the addresses known without it"
-                    );
-                    warned = true;
-                }
-                false
-            }
-        };
-        if changed {
-            let all: Vec<SocketAddr> = known.values().flatten().copied().collect();
-            tracing::debug!(?source, addresses = ?all, "the API server's addresses");
-            policy.set_api_server(source, all);
+            // An expired watch is the watcher's to relist: no failure.
+            Err(watcher::Error::WatchError(status)) if status.code == 410 => Step::Quiet,
+            Err(error) => Step::Failed {
+                failure: crate::retry::describe(&K::kind(&K::DynamicType::default()), &error),
+                forbidden: is_forbidden(&error),
+                first: !std::mem::replace(&mut self.failing, true),
+            },
         }
+    }
+
+    fn learned(&self, recovered: bool) -> Step {
+        Step::Learned {
+            addresses: self.known.values().flatten().copied().collect(),
+            recovered,
+        }
+    }
+}
+
+/// True when the server refused the list or watch as RBAC does: `403`.
+fn is_forbidden(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchError(status) => status.code == 403,
+        _ => false,
     }
 }
 
@@ -156,6 +289,104 @@ fn pairs(ips: &[IpAddr], ports: &[u16]) -> Vec<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn service(name: &str, ip: &str) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"clusterIP": ip, "ports": [{"port": 443}]},
+        }))
+        .unwrap()
+    }
+
+    fn forbidden() -> watcher::Error {
+        watcher::Error::InitialListFailed(kube::Error::Api(
+            kube::core::Status::failure(
+                "services \"kubernetes\" is forbidden: User \"u\" cannot list resource \"services\"",
+                "Forbidden",
+            )
+            .with_code(403)
+            .boxed(),
+        ))
+    }
+
+    #[test]
+    fn a_refused_watch_is_said_once_until_a_list_succeeds_again() {
+        let mut follower = Follower::new(service_addresses);
+        let first = follower.step(Err(forbidden()));
+        assert!(
+            matches!(&first, Step::Failed { failure, forbidden: true, first: true }
+                if failure.starts_with("list Service: forbidden (403): services \"kubernetes\" is forbidden")),
+            "{first:?}"
+        );
+        for _ in 0..3 {
+            let again = follower.step(Err(forbidden()));
+            assert!(matches!(again, Step::Failed { first: false, .. }), "{again:?}");
+        }
+        assert_eq!(follower.step(Ok(watcher::Event::Init)), Step::Quiet);
+        let kubernetes = service("kubernetes", "10.96.0.1");
+        assert_eq!(
+            follower.step(Ok(watcher::Event::InitApply(kubernetes.clone()))),
+            Step::Quiet
+        );
+        let address: SocketAddr = "10.96.0.1:443".parse().unwrap();
+        assert_eq!(
+            follower.step(Ok(watcher::Event::InitDone)),
+            Step::Learned {
+                addresses: vec![address],
+                recovered: true
+            }
+        );
+        // An expired watch is relisted without a word; another failure is
+        // said again, once.
+        let gone = watcher::Error::WatchError(kube::core::Status::failure("gone", "Expired").with_code(410).boxed());
+        assert_eq!(follower.step(Err(gone)), Step::Quiet);
+        let broken = watcher::Error::WatchFailed(kube::Error::Api(
+            kube::core::Status::failure("etcd is down", "InternalError")
+                .with_code(500)
+                .boxed(),
+        ));
+        assert!(matches!(
+            follower.step(Err(broken)),
+            Step::Failed {
+                forbidden: false,
+                first: true,
+                ..
+            }
+        ));
+        assert_eq!(follower.step(Ok(watcher::Event::Init)), Step::Quiet);
+        assert_eq!(
+            follower.step(Ok(watcher::Event::InitDone)),
+            Step::Learned {
+                addresses: Vec::new(),
+                recovered: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_change_or_a_delete_relearns_every_address() {
+        let mut follower = Follower::new(service_addresses);
+        follower.step(Ok(watcher::Event::Init));
+        follower.step(Ok(watcher::Event::InitDone));
+        let one = service("a", "10.96.0.1");
+        let learned = |addresses: &[&str]| Step::Learned {
+            addresses: addresses.iter().map(|address| address.parse().unwrap()).collect(),
+            recovered: false,
+        };
+        assert_eq!(
+            follower.step(Ok(watcher::Event::Apply(one.clone()))),
+            learned(&["10.96.0.1:443"])
+        );
+        assert_eq!(
+            follower.step(Ok(watcher::Event::Apply(service("b", "10.96.0.2")))),
+            learned(&["10.96.0.1:443", "10.96.0.2:443"])
+        );
+        assert_eq!(
+            follower.step(Ok(watcher::Event::Delete(one.clone()))),
+            learned(&["10.96.0.2:443"])
+        );
+        assert_eq!(follower.step(Ok(watcher::Event::Delete(one))), Step::Quiet);
+    }
 
     #[test]
     fn a_slice_gives_every_address_on_every_port() {
