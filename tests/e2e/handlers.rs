@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 /// A server holding namespaces `ns-0` and `ns-1` (ConfigMaps `config-0` and
 /// `config-1` in each) with the Handler CRDs installed as `kinformer crds`
 /// prints them, and nothing changing it.
-async fn tenants_cluster() -> (ApiServer, kube::Client) {
+pub(crate) async fn tenants_cluster() -> (ApiServer, kube::Client) {
     let server = ApiServer::start(SimConfig::default().controllers(false)).await.unwrap();
     Workload::default().size(2, 1, 1).populate(server.store()).unwrap();
     let client = kube::Client::try_from(server.client_config()).unwrap();
@@ -64,7 +64,7 @@ async fn module(client: &kube::Client, namespace: &str, name: &str, module: &[u8
 }
 
 /// Creates Handler `NAMESPACE/name` with `spec`.
-async fn handler(client: &kube::Client, namespace: &str, name: &str, spec: Value) {
+pub(crate) async fn handler(client: &kube::Client, namespace: &str, name: &str, spec: Value) {
     let object: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "kinformer.dev/v1alpha1", "kind": "Handler",
         "metadata": {"name": name, "namespace": namespace}, "spec": spec}))
@@ -76,7 +76,7 @@ async fn handler(client: &kube::Client, namespace: &str, name: &str, spec: Value
 }
 
 /// Waits until Handler `NAMESPACE/name`'s status satisfies `done`; returns it.
-async fn status_until(
+pub(crate) async fn status_until(
     client: &kube::Client,
     namespace: &str,
     name: &str,
@@ -100,7 +100,7 @@ async fn status_until(
 
 /// Waits until Handler `NAMESPACE/name`'s `Ready` condition has `reason`;
 /// returns the condition's message.
-async fn ready_reason(client: &kube::Client, namespace: &str, name: &str, reason: &str) -> String {
+pub(crate) async fn ready_reason(client: &kube::Client, namespace: &str, name: &str, reason: &str) -> String {
     let status = status_until(client, namespace, name, reason, |status| {
         condition(status, "Ready")["reason"] == reason
     })
@@ -111,7 +111,7 @@ async fn ready_reason(client: &kube::Client, namespace: &str, name: &str, reason
         .to_owned()
 }
 
-fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
+pub(crate) fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
     status["conditions"]
         .as_array()
         .and_then(|conditions| conditions.iter().find(|condition| condition["type"] == kind))
@@ -490,7 +490,7 @@ impl Drop for Registry {
 }
 
 /// The spec of a Handler running the delta logger from `oci`.
-fn pulled_logger(oci: &str) -> Value {
+pub(crate) fn pulled_logger(oci: &str) -> Value {
     logging(json!({"oci": oci}))
 }
 
@@ -501,9 +501,13 @@ fn pulling(registry: &str) -> RuntimeConfig {
         .pull(PullConfig::default().insecure_registry(registry))
 }
 
-/// A tenant policy that lets modules be pulled from `registry` only.
+/// A tenant policy that lets modules be pulled from `registry` only, on
+/// loopback (which pulls, as plugins, reach only where a network opens it).
 fn pulls_from(registry: &str) -> kinformer::handlers::TenantPolicy {
-    kinformer::handlers::TenantPolicy::parse(&format!("[registries]\nallow = [\"{registry}\"]\n")).unwrap()
+    kinformer::handlers::TenantPolicy::parse(&format!(
+        "[registries]\nallow = [\"{registry}\"]\nnetworks = [\"127.0.0.1/32\"]\n"
+    ))
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -561,10 +565,11 @@ async fn a_handler_pulled_by_digest_from_a_registry_runs_and_a_second_pull_is_th
         "{message}"
     );
 
-    // The registry gone, one more Handler of that digest runs from the cache.
+    // The registry gone, one more Handler of that digest in the namespace
+    // that pulled it runs from the cache.
     drop(registry);
-    handler(&client, "ns-1", "logger", pulled_logger(&pinned)).await;
-    let cached = status_until(&client, "ns-1", "logger", "Ready from the cache", |status| {
+    handler(&client, "ns-0", "again", pulled_logger(&pinned)).await;
+    let cached = status_until(&client, "ns-0", "again", "Ready from the cache", |status| {
         condition(status, "Ready")["status"] == "True"
     })
     .await;
@@ -906,5 +911,181 @@ async fn the_tenant_policy_bounds_handlers_http_limits_and_numbers_per_namespace
         condition(status, "Ready")["status"] == "True"
     })
     .await;
+    runtime.shutdown().await;
+}
+
+/// How many requests of `verb` on `resource` (and `subresource`) the server
+/// answered, as its `/metrics` counts them (kube-apiserver's
+/// `apiserver_request_total`).
+async fn requests_served(client: &kube::Client, verb: &str, resource: &str, subresource: &str) -> u64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let metrics = client.request_text(request).await.unwrap();
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("apiserver_request_total{"))
+        .filter(|line| {
+            [
+                format!("verb=\"{verb}\""),
+                format!("resource=\"{resource}\""),
+                format!("subresource=\"{subresource}\""),
+            ]
+            .iter()
+            .all(|label| line.contains(label.as_str()))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_handler_s_status_is_written_when_it_changes_and_then_left_alone() {
+    let (_server, client) = tenants_cluster().await;
+    module(&client, "ns-0", "logger", plugin_artifacts::DELTA_LOGGER).await;
+    let logs = Logs::default();
+    let runtime = Runtime::start(
+        client.clone(),
+        RuntimeConfig::default().handlers(true).log_sink(logs.sink()),
+    )
+    .await
+    .unwrap();
+    let logger = json!({"configMap": {"name": "logger", "key": "plugin.wasm"}});
+    handler(&client, "ns-0", "running", logging(logger.clone())).await;
+    let refused = json!({"module": logger, "grant": {"resources": ["v1/Pod", "v1/Namespace"]}});
+    handler(&client, "ns-0", "refused", refused).await;
+    ready_reason(&client, "ns-0", "running", "Running").await;
+    ready_reason(&client, "ns-0", "refused", "Rejected").await;
+    // A refused Handler's status holds no digest and no error at all, not
+    // nulls the server would drop.
+    let status = handlers(&client, "ns-0").get("refused").await.unwrap().data["status"].clone();
+    assert!(
+        status.get("digest").is_none() && status.get("lastError").is_none(),
+        "{status:#}"
+    );
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = requests_served(&client, "PATCH", "handlers", "status").await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let written = requests_served(&client, "PATCH", "handlers", "status").await - before;
+    assert!(
+        written <= 2,
+        "two idle Handlers had their status patched {written} times in 10 s"
+    );
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_is_asked_once_per_kind_and_a_long_grant_is_refused_by_the_schema() {
+    let (server, client) = tenants_cluster().await;
+    module(&client, "ns-0", "logger", plugin_artifacts::DELTA_LOGGER).await;
+    let runtime = Runtime::start(client.clone(), RuntimeConfig::default().handlers(true))
+        .await
+        .unwrap();
+    let logger = json!({"configMap": {"name": "logger", "key": "plugin.wasm"}});
+    // 60 kinds no server serves, named by two Handlers.
+    let mut kinds: Vec<String> = (0..60).map(|n| format!("k{n}.example.com/v1/Kind")).collect();
+    kinds.push("v1/Pod".to_owned());
+    for name in ["unknown-a", "unknown-b"] {
+        handler(
+            &client,
+            "ns-0",
+            name,
+            json!({"module": logger, "grant": {"resources": kinds}}),
+        )
+        .await;
+    }
+    for name in ["unknown-a", "unknown-b"] {
+        let message = ready_reason(&client, "ns-0", name, "Rejected").await;
+        assert!(
+            message.contains("the API server does not serve it"),
+            "{name}: {message}"
+        );
+    }
+    let before = server.stats().requests;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let asked = server.stats().requests - before;
+    // Within the answers' lifetime nothing is asked again; the host's other
+    // requests (module reads, status) are a few.
+    assert!(
+        asked < 30,
+        "{asked} requests in 10 s from a host whose two Handlers name 60 unknown kinds"
+    );
+
+    // More kinds than a Handler may list: the API server refuses it.
+    let many: Vec<String> = (0..65).map(|n| format!("k{n}.example.com/v1/Kind")).collect();
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kinformer.dev/v1alpha1", "kind": "Handler",
+        "metadata": {"name": "many", "namespace": "ns-0"},
+        "spec": {"module": logger, "grant": {"resources": many}}}))
+    .unwrap();
+    let refused = handlers(&client, "ns-0")
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("must have at most 64 items"), "{refused}");
+    runtime.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_never_replaces_a_plugin_of_the_directory_and_names_are_checked() {
+    let (_server, client) = tenants_cluster().await;
+    module(&client, "ns-0", "writer", plugin_artifacts::WRITER).await;
+    let dir = tempfile::tempdir().unwrap();
+    kinformer_tests::runtime::install(
+        dir.path(),
+        "ns-0.pod-logger",
+        "delta-logger.wasm",
+        Some("config = \"v1/Pod\"\n"),
+    );
+    let runtime = Runtime::start(
+        client.clone(),
+        RuntimeConfig::new(dir.path()).handlers(true).watch(false),
+    )
+    .await
+    .unwrap();
+    until("the directory's plugin runs", Duration::from_secs(60), || {
+        listed_status(&runtime, "ns-0.pod-logger").is_some_and(|status| status.running_digest.is_some())
+    })
+    .await;
+    let operator_s = listed_status(&runtime, "ns-0.pod-logger").unwrap().running_digest;
+    handler(
+        &client,
+        "ns-0",
+        "pod-logger",
+        json!({"module": {"configMap": {"name": "writer", "key": "plugin.wasm"}},
+               "grant": {"resources": ["v1/ConfigMap"]}}),
+    )
+    .await;
+    let message = ready_reason(&client, "ns-0", "pod-logger", "Rejected").await;
+    assert!(
+        message.contains("the plugin name ns-0.pod-logger is held by the plugin ns-0.pod-logger of the directory"),
+        "{message}"
+    );
+    assert_eq!(
+        listed_status(&runtime, "ns-0.pod-logger").unwrap().running_digest,
+        operator_s,
+        "the directory's plugin was replaced"
+    );
+
+    // Names that are not Kubernetes names never reach the host.
+    for (name, spec) in [
+        (
+            "colon",
+            json!({"module": {"configMap": {"name": "writer", "key": "plugin.wasm"}},
+                   "serviceAccountName": "payments:payments-handlers"}),
+        ),
+        (
+            "path",
+            json!({"module": {"configMap": {"name": "../../kube-system/configmaps/secret-cm", "key": "k"}}}),
+        ),
+    ] {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kinformer.dev/v1alpha1", "kind": "Handler",
+            "metadata": {"name": name, "namespace": "ns-0"}, "spec": spec}))
+        .unwrap();
+        let refused = handlers(&client, "ns-0")
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("should match"), "{name}: {refused}");
+    }
     runtime.shutdown().await;
 }

@@ -16,6 +16,7 @@ mod namespaces;
 mod outbound;
 mod page;
 mod plugins;
+mod pulls;
 mod reload;
 mod replay;
 mod rollout;

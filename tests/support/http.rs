@@ -8,9 +8,13 @@
 //! - `/stall` answers `200` with the headers of a long body, sends none of
 //!   it, and notes when the client closes the connection ([`Received::closed`]);
 //! - anything else answers `200 hello`.
+//!
+//! [`serve_routes`] answers the paths a test gives it first, each with its
+//! [`Reply`]: a registry's stand-in, say.
 #![allow(clippy::unwrap_used, reason = "helpers of tests fail the test by panicking")]
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,6 +54,88 @@ impl Received {
     }
 }
 
+/// A canned answer of [`serve_routes`].
+#[derive(Debug, Clone)]
+pub struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// Set for a body without end: the bytes of it sent so far.
+    endless: Option<Arc<AtomicU64>>,
+}
+
+impl Reply {
+    /// `status`, no headers, no body.
+    pub fn new(status: u16) -> Self {
+        Self {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+            endless: None,
+        }
+    }
+
+    /// Adds a header.
+    #[must_use]
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Sets the body (its `content-length` is added; no body to a `HEAD`).
+    #[must_use]
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Makes the body zeros without end (chunked when a
+    /// `transfer-encoding: chunked` header is set, raw otherwise), sent until
+    /// the client goes; the returned counter says how many bytes went.
+    #[must_use]
+    pub fn endless(mut self) -> (Self, Arc<AtomicU64>) {
+        let sent = Arc::new(AtomicU64::new(0));
+        self.endless = Some(Arc::clone(&sent));
+        (self, sent)
+    }
+
+    async fn send(&self, stream: &mut TcpStream, head_only: bool) {
+        let mut head = format!("HTTP/1.1 {} Stand-in\r\nconnection: close\r\n", self.status);
+        for (name, value) in &self.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if self.endless.is_none() {
+            head.push_str(&format!("content-length: {}\r\n", self.body.len()));
+        }
+        head.push_str("\r\n");
+        if stream.write_all(head.as_bytes()).await.is_err() || head_only {
+            return;
+        }
+        let Some(sent) = &self.endless else {
+            let _ = stream.write_all(&self.body).await;
+            return;
+        };
+        let chunked = self
+            .headers
+            .iter()
+            .any(|(name, value)| name.eq_ignore_ascii_case("transfer-encoding") && value.contains("chunked"));
+        let zeros = vec![0u8; 64 * 1024];
+        let piece = if chunked {
+            [
+                format!("{:x}\r\n", zeros.len()).as_bytes(),
+                zeros.as_slice(),
+                b"\r\n".as_slice(),
+            ]
+            .concat()
+        } else {
+            zeros
+        };
+        while stream.write_all(&piece).await.is_ok() {
+            sent.fetch_add(piece.len() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Starts the server on a free loopback port.
 pub async fn serve() -> (SocketAddr, Received) {
     serve_on("127.0.0.1").await
@@ -57,19 +143,27 @@ pub async fn serve() -> (SocketAddr, Received) {
 
 /// Starts the server on a free port of `ip` (any loopback address).
 pub async fn serve_on(ip: &str) -> (SocketAddr, Received) {
+    serve_routes(ip, Vec::new()).await
+}
+
+/// Starts the server on a free port of `ip` (any loopback address),
+/// answering a request whose path starts with one of `routes`' with its
+/// reply (the first that matches), and any other as [`serve`] does.
+pub async fn serve_routes(ip: &str, routes: Vec<(String, Reply)>) -> (SocketAddr, Received) {
     let listener = TcpListener::bind((ip, 0)).await.unwrap();
     let address = listener.local_addr().unwrap();
     let received = Received::default();
     let kept = received.clone();
+    let routes = Arc::new(routes);
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(answer(stream, kept.clone()));
+            tokio::spawn(answer(stream, kept.clone(), Arc::clone(&routes)));
         }
     });
     (address, received)
 }
 
-async fn answer(mut stream: TcpStream, received: Received) {
+async fn answer(mut stream: TcpStream, received: Received, routes: Arc<Vec<(String, Reply)>>) {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -100,7 +194,9 @@ async fn answer(mut stream: TcpStream, received: Received) {
     let body = String::from_utf8_lossy(&buffer[head_end..]).to_string();
     received.0.lock().unwrap().push((line.clone(), body));
     let path = line.split(' ').nth(1).unwrap_or("/");
-    if path.starts_with("/hang") {
+    if let Some((_, reply)) = routes.iter().find(|(prefix, _)| path.starts_with(prefix.as_str())) {
+        reply.send(&mut stream, line.starts_with("HEAD ")).await;
+    } else if path.starts_with("/hang") {
         // Hold the connection open, answering nothing.
         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
     } else if path.starts_with("/redirect") {

@@ -37,9 +37,23 @@
 //! The objects are watched (a reflector per kind); every [`PERIOD`] each is
 //! compared with what runs, its module read again once its spec changed or
 //! [`MODULE_RECHECK`] passed, and its status patched when it differs from
-//! the object's (so a status someone else wrote is written over), only over
-//! the object's version it was made from, with an Event when its reason
-//! changed.
+//! the object's as the API server stores it (so a status someone else wrote
+//! is written over), only over the object's version it was made from, with
+//! an Event when its reason changed. What the host does for tenants is
+//! bounded:
+//!
+//! - a status is written only when it would change what the server keeps,
+//!   at most once a [`PERIOD`] per object, and when only its counts changed
+//!   at most once a [`COUNTS_INTERVAL`]; status writes and Events together
+//!   take tokens of one host-wide budget ([`WRITES_PER_SECOND`]), and an
+//!   Event of a reason an object had within [`EVENT_REPEAT`] is not sent
+//!   again (client-go's EventCorrelator aggregates repeats the same way);
+//! - discovery is asked once per distinct kind, its answers kept for
+//!   [`DISCOVERY_TTL`] and a kind it does not serve for
+//!   [`DISCOVERY_MISS_TTL`];
+//! - a refusal is logged once, when it changes;
+//! - a Handler never takes a plugin name the plugin directory or the
+//!   embedder holds ([`Refusal::Taken`]).
 
 pub mod oci;
 pub mod policy;
@@ -78,6 +92,19 @@ pub const PERIOD: Duration = Duration::from_secs(1);
 /// How often a module's ConfigMap is read again (and a tag resolved again)
 /// when its Handler did not change.
 pub const MODULE_RECHECK: Duration = Duration::from_secs(10);
+/// The shortest time between two writes of one object's status when only
+/// its counts (`deltas`, `errors`) changed.
+pub const COUNTS_INTERVAL: Duration = Duration::from_secs(30);
+/// The host-wide budget of status writes and Events, per second (and twice
+/// as many in a burst).
+pub const WRITES_PER_SECOND: u32 = 50;
+/// How long an object's Event of one reason holds back another of the same
+/// reason.
+pub const EVENT_REPEAT: Duration = Duration::from_secs(600);
+/// How long discovery's answer for a kind is kept.
+pub const DISCOVERY_TTL: Duration = Duration::from_secs(300);
+/// How long discovery's "not served" for a kind is kept.
+pub const DISCOVERY_MISS_TTL: Duration = Duration::from_secs(30);
 /// The longest wait before a failed pull is tried again.
 const PULL_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
@@ -144,43 +171,95 @@ struct Tracked {
     /// The status last patched.
     status: Value,
     reason: &'static str,
+    /// When its status was last written, and the object's version it was
+    /// written over (until the watch shows a newer one, the object read is
+    /// older than the write).
+    written: Option<(tokio::time::Instant, Option<String>)>,
+    /// When an Event of each reason was last sent for it.
+    events: BTreeMap<&'static str, tokio::time::Instant>,
 }
 
-/// A pull of one reference (with one pull secret), shared by the objects
-/// naming it.
+/// The pulls of one reference with one pull secret ([`pull_key`]), shared
+/// by the objects naming them: one per tenant namespace, and one for
+/// ClusterHandlers (and tenants, when the policy shares the cache). A
+/// tenant's pull proves that its own credentials reach the manifest, so no
+/// namespace takes another's result.
+#[derive(Default)]
 struct Pull {
+    by_tenant: BTreeMap<Option<String>, Attempt>,
+}
+
+impl Pull {
+    /// The attempt of `tenant`, made from `inputs` from now on.
+    fn attempt(&mut self, tenant: &Option<String>, inputs: &PullInputs, now: tokio::time::Instant) -> &mut Attempt {
+        let attempt = self
+            .by_tenant
+            .entry(tenant.clone())
+            .or_insert_with(|| Attempt::new(now, inputs.clone()));
+        attempt.inputs = inputs.clone();
+        attempt
+    }
+}
+
+/// What a pull was made from, besides its reference and pull secret: the
+/// limit on the module and the account reading the secret, both of the
+/// Handler's spec.
+type PullInputs = (u64, Option<String>);
+
+/// One tenant's pull of a reference: under way, waiting to be tried again
+/// after a failure, or refused.
+struct Attempt {
     /// Under way, when it is.
     task: Option<tokio::task::JoinHandle<Result<Pulled, PullError>>>,
     /// The last attempt's error.
     failed: Option<PullError>,
     attempts: u32,
-    /// When to try again after a failure.
+    /// When to try again after a failure for now.
     retry_at: tokio::time::Instant,
+    /// What the last attempt was made from.
+    inputs: PullInputs,
 }
 
-impl Pull {
-    fn new(now: tokio::time::Instant) -> Self {
+impl Attempt {
+    fn new(now: tokio::time::Instant, inputs: PullInputs) -> Self {
         Self {
             task: None,
             failed: None,
             attempts: 0,
             retry_at: now,
+            inputs,
         }
     }
 
-    /// Records a failed attempt: its error, and when to try again (doubling
-    /// from 2 s to [`PULL_BACKOFF_MAX`]). What the object reads until then.
+    /// The refusal of the last attempt, when none is under way and it was
+    /// made from `inputs`: a refused pull is not tried again until the spec
+    /// changes what it is made from (the policy is the host's, fixed while
+    /// it runs).
+    fn refused(&self, inputs: &PullInputs) -> Option<PullError> {
+        self.failed
+            .as_ref()
+            .filter(|error| self.task.is_none() && !error.is_transient() && self.inputs == *inputs)
+            .cloned()
+    }
+
+    /// Records a failed attempt: its error, and when to try again after one
+    /// for now (doubling from 2 s to [`PULL_BACKOFF_MAX`]). What the object
+    /// reads until then.
     fn fail(&mut self, reference: &str, error: PullError, now: tokio::time::Instant) -> Unknown {
-        self.attempts = self.attempts.saturating_add(1);
-        let backoff = Duration::from_secs(1 << self.attempts.min(6)).min(PULL_BACKOFF_MAX);
-        self.retry_at = now + backoff;
-        tracing::warn!(reference = %reference, error = %error, retry_in = ?backoff, "a module's pull failed");
+        if error.is_transient() {
+            self.attempts = self.attempts.saturating_add(1);
+            let backoff = Duration::from_secs(1 << self.attempts.min(6)).min(PULL_BACKOFF_MAX);
+            self.retry_at = now + backoff;
+            tracing::warn!(reference = %reference, error = %error, retry_in = ?backoff, "a module's pull failed");
+        } else {
+            tracing::warn!(reference = %reference, error = %error, "a module's pull was refused; not tried again until its Handler changes");
+        }
         self.failed = Some(error.clone());
         Unknown::retrying(reference, Some(error))
     }
 }
 
-impl Drop for Pull {
+impl Drop for Attempt {
     /// A pull nobody waits for any more ends.
     fn drop(&mut self) {
         if let Some(task) = &self.task {
@@ -190,15 +269,18 @@ impl Drop for Pull {
 }
 
 /// Runs the cluster's Handlers as `plugins`, tenants' bounded by `policy`,
-/// until dropped, pulling their OCI modules as `pull` says; `instance` names
-/// this host in their Events.
+/// until dropped, pulling their OCI modules as `pull` says over connections
+/// of `dialer` (with the policy's `[registries] networks` opened); `instance`
+/// names this host in their Events.
 pub(crate) async fn run(
     client: kube::Client,
     plugins: Plugins,
     instance: String,
     policy: TenantPolicy,
     pull: oci::PullConfig,
+    dialer: crate::outbound::Dialer,
 ) {
+    let puller = Puller::new(pull, dialer.with_networks(policy.registry_networks().iter().copied()));
     let mut watches = tokio::task::JoinSet::new();
     let stores: Vec<(Kind, reflector::Store<DynamicObject>)> = [Kind::Handler, Kind::ClusterHandler]
         .into_iter()
@@ -207,7 +289,10 @@ pub(crate) async fn run(
             let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
             let writer = reflector::store::Writer::new(resource);
             let store = writer.as_reader();
-            let stream = reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+            let stream = reflector(
+                writer,
+                watcher(api, watcher::Config::default()).backoff(crate::retry::Backoff::default()),
+            );
             watches.spawn(stream.for_each(|_| std::future::ready(())));
             (kind, store)
         })
@@ -224,8 +309,9 @@ pub(crate) async fn run(
         ),
         tracked: BTreeMap::new(),
         scopes: BTreeMap::new(),
+        writes: crate::rate::TokenBucket::new(f64::from(WRITES_PER_SECOND), WRITES_PER_SECOND * 2),
         policy,
-        puller: Puller::new(pull),
+        puller,
         pulls: BTreeMap::new(),
     };
     let mut tick = tokio::time::interval(PERIOD);
@@ -245,11 +331,15 @@ struct Controller {
     plugins: Plugins,
     recorder: Recorder,
     tracked: BTreeMap<Key, Tracked>,
-    /// Discovery's answers: is `apiVersion/Kind` cluster-scoped.
-    scopes: BTreeMap<String, bool>,
+    /// Discovery's answers: is `apiVersion/Kind` cluster-scoped (`None`:
+    /// not served), and until when the answer holds.
+    scopes: BTreeMap<String, (Option<bool>, tokio::time::Instant)>,
+    /// The host-wide budget of status writes and Events.
+    writes: crate::rate::TokenBucket,
     policy: TenantPolicy,
     puller: Puller,
-    /// The pulls by reference and pull secret ([`pull_key`]).
+    /// The pulls by reference and pull secret ([`pull_key`]), each by
+    /// tenant.
     pulls: BTreeMap<String, Pull>,
 }
 
@@ -366,6 +456,8 @@ impl Controller {
                 pulling: None,
                 status: object.data.get("status").cloned().unwrap_or(Value::Null),
                 reason: "",
+                written: None,
+                events: BTreeMap::new(),
             });
             tracked.generation = generation;
             tracked.module_read = now;
@@ -376,10 +468,22 @@ impl Controller {
                     let current = Some((digest.clone(), manifest.clone()));
                     if tracked.running != current {
                         tracing::info!(plugin = %plugin, digest = %&digest[..12], "running a Handler's module");
-                        tracked.running = current;
-                        self.plugins
+                        let put = self
+                            .plugins
                             .put(EmbeddedPlugin::from_bytes(plugin.clone(), bytes).manifest(manifest))
                             .await;
+                        match put {
+                            Ok(()) => tracked.running = current,
+                            Err(holder) => {
+                                let refusal = Refusal::Taken {
+                                    plugin: plugin.clone(),
+                                    holder,
+                                };
+                                tracing::warn!(plugin = %plugin, why = %refusal, "a Handler is refused");
+                                tracked.running = None;
+                                tracked.refusal = Some(refusal);
+                            }
+                        }
                     }
                 }
                 Err(Unknown::Unavailable(_)) => {}
@@ -389,7 +493,9 @@ impl Controller {
                 }
                 Err(Unknown::Refused(refusal)) => {
                     tracked.pulling = None;
-                    tracing::warn!(plugin = %plugin, why = %refusal, "a Handler is refused");
+                    if tracked.refusal.as_ref() != Some(&refusal) {
+                        tracing::warn!(plugin = %plugin, why = %refusal, "a Handler is refused");
+                    }
                     if tracked.running.take().is_some() {
                         self.plugins.remove(&plugin).await;
                     }
@@ -410,35 +516,45 @@ impl Controller {
     ) -> Result<(Vec<u8>, String, Manifest), Unknown> {
         let namespace = key.1.as_deref();
         let mut spec = object.data.get("spec").cloned().unwrap_or(Value::Null);
+        if let Some(holder) = self.plugins.holder(plugin) {
+            return Err(Refusal::Taken {
+                plugin: plugin.to_owned(),
+                holder,
+            }
+            .into());
+        }
+        spec::bounded(&spec)?;
         let module = spec::module(&spec, namespace)?;
+        // A Handler acts as its ServiceAccount; a ClusterHandler as the host.
+        let account = namespace.map(|_| spec::service_account(&spec)).transpose()?;
         if let Some(namespace) = namespace {
+            let now = tokio::time::Instant::now();
             for kind in spec::kinds_named(&spec) {
-                if self.scopes.contains_key(&kind) {
+                if self.scopes.get(&kind).is_some_and(|(_, until)| now < *until) {
                     continue;
                 }
-                match cluster_scoped(&self.client, &kind).await {
-                    Ok(scoped) => {
-                        self.scopes.insert(kind, scoped);
-                    }
-                    // Not served: refused below, and asked again next time.
-                    Err(kube::Error::Api(status)) if status.code == 404 => {}
-                    Err(kube::Error::Discovery(_)) => {}
+                let known = match cluster_scoped(&self.client, &kind).await {
+                    Ok(scoped) => (Some(scoped), now + DISCOVERY_TTL),
+                    // Not served: refused below, and asked again once the
+                    // answer is old.
+                    Err(kube::Error::Api(status)) if status.code == 404 => (None, now + DISCOVERY_MISS_TTL),
+                    Err(kube::Error::Discovery(_)) => (None, now + DISCOVERY_MISS_TTL),
                     Err(error) => return Err(Unknown::Unavailable(crate::one_line(&error))),
-                }
+                };
+                self.scopes.insert(kind, known);
             }
             let scopes = &self.scopes;
             spec::confine(&mut spec, namespace, &mut |kind| {
                 scopes
                     .get(kind)
-                    .copied()
+                    .and_then(|(scoped, _)| *scoped)
                     .ok_or_else(|| "the API server does not serve it".to_owned())
             })?;
             self.policy.bound_limits(&mut spec)?;
         }
         let mut manifest = spec::manifest(&spec, std::path::Path::new(plugin))?;
-        if let Some(namespace) = namespace {
+        if let (Some(namespace), Some(account)) = (namespace, &account) {
             self.policy.check_http(&manifest)?;
-            let account = spec["serviceAccountName"].as_str().unwrap_or("default");
             manifest.identity = Some(Identity::service_account(namespace, account));
         }
         let limit = manifest.limits.module_bytes;
@@ -462,7 +578,15 @@ impl Controller {
 
     /// The module of an OCI `source`: from the cache, or the result of its
     /// pull, which is started (or started again, after its back-off) when
-    /// none is under way.
+    /// none is under way; a refused one is not started again while the
+    /// module's limit and `identity` stay what they were.
+    ///
+    /// A tenant (a Handler: `identity` is its ServiceAccount) takes a cached
+    /// module only once its own credentials reached the manifest: its pull
+    /// of a cached digest is a `HEAD` of the manifest
+    /// ([`oci::Cached::Check`]), and the namespace is remembered for that
+    /// repository and digest once it succeeds. ClusterHandlers, and every
+    /// Handler when the policy shares the cache, take the cache as it is.
     async fn pulled(
         &mut self,
         source: &ModuleSource,
@@ -472,18 +596,35 @@ impl Controller {
         let ModuleSource::Oci { reference, pull_secret } = source else {
             return Err(Unknown::Unavailable("not an OCI module".to_owned()));
         };
+        // A ServiceAccount's user name is `system:serviceaccount:NS:NAME`.
+        let tenant = identity
+            .filter(|_| !self.policy.shares_cache())
+            .and_then(|identity| identity.user().strip_prefix("system:serviceaccount:"))
+            .and_then(|account| account.split_once(':'))
+            .map(|(namespace, _)| namespace.to_owned());
         if let Some(digest) = oci::pinned_digest(reference)
+            && tenant
+                .as_deref()
+                .is_none_or(|tenant| self.puller.reached(tenant, reference, &digest))
             && let Some(module) = self.puller.cached(&digest, limit)
         {
             return Ok(Pulled { digest, module });
         }
         let key = pull_key(source).unwrap_or_default();
         let now = tokio::time::Instant::now();
-        if let Some(pull) = self.pulls.get_mut(&key) {
-            match pull.task.take() {
+        let inputs: PullInputs = (limit, identity.map(|identity| identity.user().to_owned()));
+        if let Some(attempt) = self
+            .pulls
+            .get_mut(&key)
+            .and_then(|pull| pull.by_tenant.get_mut(&tenant))
+        {
+            if let Some(refused) = attempt.refused(&inputs) {
+                return Err(Unknown::Refused(Refusal::Pull(refused)));
+            }
+            match attempt.task.take() {
                 Some(task) if !task.is_finished() => {
-                    pull.task = Some(task);
-                    return Err(Unknown::retrying(reference, pull.failed.clone()));
+                    attempt.task = Some(task);
+                    return Err(Unknown::retrying(reference, attempt.failed.clone()));
                 }
                 Some(task) => {
                     let result = task.await.unwrap_or_else(|error| {
@@ -494,14 +635,19 @@ impl Controller {
                     });
                     match result {
                         Ok(pulled) => {
-                            self.pulls.remove(&key);
+                            if let Some(tenant) = &tenant {
+                                self.puller.reach(tenant, reference, &pulled.digest);
+                            }
+                            if let Some(pull) = self.pulls.get_mut(&key) {
+                                pull.by_tenant.remove(&tenant);
+                            }
                             return Ok(pulled);
                         }
-                        Err(error) => return Err(pull.fail(reference, error, now)),
+                        Err(error) => return Err(attempt.fail(reference, error, now)),
                     }
                 }
-                None if now < pull.retry_at => {
-                    return Err(Unknown::retrying(reference, pull.failed.clone()));
+                None if now < attempt.retry_at && attempt.failed.as_ref().is_some_and(PullError::is_transient) => {
+                    return Err(Unknown::retrying(reference, attempt.failed.clone()));
                 }
                 None => {}
             }
@@ -509,18 +655,23 @@ impl Controller {
         let credentials = match self.credentials(reference, pull_secret.as_ref(), identity).await {
             Ok(credentials) => credentials,
             Err(Unknown::Refused(Refusal::Pull(error))) if error.is_transient() => {
-                let pull = self.pulls.entry(key).or_insert_with(|| Pull::new(now));
-                return Err(pull.fail(reference, error, now));
+                let attempt = self.pulls.entry(key).or_default().attempt(&tenant, &inputs, now);
+                return Err(attempt.fail(reference, error, now));
             }
             Err(other) => return Err(other),
         };
+        let cached = if tenant.is_some() {
+            oci::Cached::Check
+        } else {
+            oci::Cached::Take
+        };
         let puller = self.puller.clone();
         let task_reference = reference.clone();
-        let task = tokio::spawn(async move { puller.pull(&task_reference, &credentials, limit).await });
+        let task = tokio::spawn(async move { puller.pull(&task_reference, &credentials, limit, cached).await });
         tracing::info!(reference = %reference, "pulling a Handler's module");
-        let pull = self.pulls.entry(key).or_insert_with(|| Pull::new(now));
-        pull.task = Some(task);
-        Err(Unknown::retrying(reference, pull.failed.clone()))
+        let attempt = self.pulls.entry(key).or_default().attempt(&tenant, &inputs, now);
+        attempt.task = Some(task);
+        Err(Unknown::retrying(reference, attempt.failed.clone()))
     }
 
     /// The registry credentials of `pull_secret` (namespace and name) for
@@ -609,13 +760,33 @@ impl Controller {
             .round(k8s_openapi::jiff::Unit::Second)
             .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
         let status = observed.status(&tracked.plugin, generation, &tracked.status, &now.to_string());
-        // Compared with what the object holds, not with what was last
-        // written: a status someone else wrote (a tenant may write its
-        // Handler's) is written over.
-        if object.data.get("status") == Some(&status) {
+        // Compared with what the object holds as the server stores it, not
+        // with what was last written: a status someone else wrote (a tenant
+        // may write its Handler's) is written over.
+        let stored = object.data.get("status");
+        let Some(patch) = status::merge_patch(stored, &status) else {
             tracked.status = status;
             return;
+        };
+        let instant = tokio::time::Instant::now();
+        if let Some((at, over)) = &tracked.written {
+            // The watch has not shown the last write yet: what was read is
+            // older than what was written.
+            let unseen = over.is_some() && *over == object.metadata.resource_version;
+            let interval = if status::changed_beyond_counts(stored, &status) {
+                PERIOD
+            } else {
+                COUNTS_INTERVAL
+            };
+            if (unseen && tracked.status == status) || instant.duration_since(*at) < interval {
+                return;
+            }
         }
+        if !self.writes.try_take(instant) {
+            tracing::debug!(plugin = %tracked.plugin, "the host's budget of status writes is spent; writing next time");
+            return;
+        }
+        tracked.written = Some((instant, object.metadata.resource_version.clone()));
         let resource = key.0.resource();
         let name = key.2.as_str();
         let api: Api<DynamicObject> = match &key.1 {
@@ -626,7 +797,7 @@ impl Controller {
         // looked at again at the next period.
         let patch = Patch::Merge(json!({
             "metadata": {"resourceVersion": object.metadata.resource_version},
-            "status": status,
+            "status": patch,
         }));
         match api.patch_status(name, &PatchParams::default(), &patch).await {
             Ok(_) => {}
@@ -640,23 +811,33 @@ impl Controller {
             }
         }
         tracked.status = status;
-        if tracked.reason != observed.reason {
-            tracked.reason = observed.reason;
-            let event = Event {
-                type_: if observed.degraded {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: observed.reason.to_owned(),
-                note: Some(observed.message.clone()),
-                action: "Reconcile".to_owned(),
-                secondary: None,
-            };
-            let reference = kube::Resource::object_ref(object, &resource);
-            if let Err(error) = self.recorder.publish(&event, &reference).await {
-                tracing::warn!(plugin = %tracked.plugin, error = %crate::one_line(&error), "cannot record a Handler's Event");
-            }
+        if tracked.reason == observed.reason {
+            return;
+        }
+        tracked.reason = observed.reason;
+        let repeated = tracked
+            .events
+            .get(observed.reason)
+            .is_some_and(|sent| instant.duration_since(*sent) < EVENT_REPEAT);
+        if repeated || !self.writes.try_take(instant) {
+            tracing::debug!(plugin = %tracked.plugin, reason = observed.reason, "an Event held back: sent lately, or the budget is spent");
+            return;
+        }
+        tracked.events.insert(observed.reason, instant);
+        let event = Event {
+            type_: if observed.degraded {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: observed.reason.to_owned(),
+            note: Some(observed.message.clone()),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        let reference = kube::Resource::object_ref(object, &resource);
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(plugin = %tracked.plugin, error = %crate::one_line(&error), "cannot record a Handler's Event");
         }
     }
 }

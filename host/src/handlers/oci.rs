@@ -6,19 +6,24 @@
 //! | step | refused when | reason |
 //! | --- | --- | --- |
 //! | the reference | it is not `REGISTRY/REPOSITORY@sha256:...` (a tag only with [`PullConfig::allow_tags`]) | `TagRefused`, `PullFailed` |
-//! | the cache | (a digest already pulled is read from disk, never pulled again) | |
-//! | the manifest | its bytes are not the reference's digest; it is not an image manifest | `DigestMismatch`, `PullFailed` |
+//! | the cache | (a digest already pulled is read from disk, never pulled again; for a tenant, once its credentials reach the manifest: [`Cached::Check`]) | `PullFailed` |
+//! | every request | the address policy refuses where it connects, a redirect or token realm included ([`registry`]) | `PullFailed` |
+//! | the manifest | it is over [`registry::MANIFEST_BYTES`] or lists over [`MAX_LAYERS`] layers; its bytes are not the reference's digest; it is not an image manifest | `PullFailed`, `DigestMismatch` |
 //! | the layer | none is `application/wasm` (or the single layer of `application/vnd.wasm.content.layer.v1+wasm`) | `PullFailed` |
 //! | its size | the manifest declares more than the Handler's `limits.moduleMib`; the registry sends more than declared | `PullFailed` |
 //! | its bytes | they are not the layer's digest | `DigestMismatch` |
 //!
-//! The whole pull is held to [`PullConfig::timeout`]; the layer is read as a
-//! stream and never buffered past its declared size. A registry that does
-//! not answer (connection refused, 5xx, the timeout) is
+//! The requests are the host's own distribution client's ([`registry`]),
+//! over connections made as plugins' are ([`crate::outbound::Dialer`]): a
+//! layer's `urls` are never fetched, redirects and token realms are checked
+//! as the registry is, and no error carries a byte a server sent. The whole
+//! pull is held to [`PullConfig::timeout`]; the layer is read as a stream and
+//! never buffered past its declared size. A registry that does not answer
+//! (connection refused, 5xx, the timeout) is
 //! [transient](PullError::is_transient): the caller tries again later.
 //!
-//! Each pull makes its own client, so one tenant's registry token is never
-//! offered on another's pull.
+//! Each pull has its own session with the registry, so one tenant's
+//! registry token is never offered on another's pull.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -26,13 +31,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
-use futures::StreamExt as _;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
-use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest};
+use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sha2::Digest as _;
+
+use crate::outbound::Dialer;
+
+pub mod registry;
 
 /// The media type of a Wasm component's layer, as `wkg` and `oras` push it.
 pub const WASM_LAYER: &str = "application/wasm";
@@ -41,6 +49,8 @@ pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 /// The layer media type of `wasm-to-oci` and Kubewarden: accepted as an
 /// artifact's only layer.
 pub const WASM_CONTENT_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
+/// The most layers a module's manifest may list.
+pub const MAX_LAYERS: usize = 16;
 
 /// How modules are pulled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +60,8 @@ pub struct PullConfig {
     /// it a tag is refused (`TagRefused`).
     pub allow_tags: bool,
     /// Registries (`HOST:PORT`) spoken to over plain HTTP; every other one
-    /// over HTTPS.
+    /// over HTTPS. A redirect or token realm is plain HTTP only to one of
+    /// them, and never after HTTPS.
     pub insecure_registries: Vec<String>,
     /// The longest one pull may take, from the reference to the last byte.
     pub timeout: Duration,
@@ -99,6 +110,7 @@ impl PullConfig {
         self
     }
 
+    /// The client pushes use.
     fn client(&self) -> Result<Client, OciDistributionError> {
         // The host's TLS is ring's; the registry client takes the process's.
         let _already = rustls::crypto::ring::default_provider().install_default();
@@ -194,6 +206,13 @@ impl Credentials {
             Self::Basic { username, password } => RegistryAuth::Basic(username.clone(), password.clone()),
         }
     }
+
+    fn basic(&self) -> Option<(&str, &str)> {
+        match self {
+            Self::Anonymous => None,
+            Self::Basic { username, password } => Some((username, password)),
+        }
+    }
 }
 
 /// Why a module was not pulled.
@@ -228,18 +247,27 @@ pub enum PullError {
     Manifest {
         /// The reference pulled.
         reference: String,
-        /// The parse error.
+        /// Where the parse failed, in the host's words (never the text it
+        /// failed on).
         error: String,
+    },
+    /// The manifest lists more than [`MAX_LAYERS`] layers.
+    #[error("{reference}: the manifest lists {layers} layers, over the {MAX_LAYERS} a module's manifest may list")]
+    Layers {
+        /// The reference pulled.
+        reference: String,
+        /// How many it lists.
+        layers: usize,
     },
     /// No layer holds a Wasm module.
     #[error(
-        "{reference}: no layer of media type {WASM_LAYER} (nor a single {WASM_CONTENT_LAYER} layer); its layers are [{found}]"
+        "{reference}: none of its {layers} layers is of media type {WASM_LAYER} (nor is it a single {WASM_CONTENT_LAYER} layer)"
     )]
     MediaType {
         /// The reference pulled.
         reference: String,
-        /// The media types of its layers.
-        found: String,
+        /// How many layers it has.
+        layers: usize,
     },
     /// The layer is larger than the Handler's `limits.moduleMib`, or than the
     /// manifest declares.
@@ -255,13 +283,23 @@ pub enum PullError {
     /// The pull secret cannot be read.
     #[error("{0}")]
     Credentials(String),
-    /// The registry did not answer as it should (connection refused, an
-    /// error status, a cut stream): transient.
+    /// A request to the registry (or where it sent the pull) was refused,
+    /// answered with an error status, over its bound or not answered:
+    /// transient as [`registry::Error::is_transient`] says.
+    #[error("{reference}: {error}")]
+    Registry {
+        /// The reference pulled.
+        reference: String,
+        /// Which request, and what happened to it.
+        #[source]
+        error: registry::Error,
+    },
+    /// The layer's stream ended early, or the pull's task ended: transient.
     #[error("{reference}: {error}")]
     Unavailable {
         /// The reference pulled.
         reference: String,
-        /// What failed.
+        /// What failed, in the host's words.
         error: String,
     },
     /// The pull took longer than [`PullConfig::timeout`]: transient.
@@ -287,14 +325,17 @@ impl PullError {
     }
 
     /// Whether trying again later may succeed: the registry did not answer,
+    /// answered a status that may change ([`registry::Error::is_transient`]),
     /// or the secret may be fixed. A running plugin keeps running meanwhile;
-    /// every other error unloads it.
+    /// every other error unloads it, and is not tried again while what the
+    /// pull was made from stays the same.
     #[must_use]
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            Self::Unavailable { .. } | Self::TimedOut { .. } | Self::Credentials(_)
-        )
+        match self {
+            Self::Registry { error, .. } => error.is_transient(),
+            Self::Unavailable { .. } | Self::TimedOut { .. } | Self::Credentials(_) => true,
+            _ => false,
+        }
     }
 }
 
@@ -329,21 +370,41 @@ fn parse(reference: &str) -> Result<Reference, PullError> {
     })
 }
 
-/// Pulls modules as its [`PullConfig`] says, into its cache. Cheap to
-/// clone: the clones share the cache.
+/// How a pull may take a module its digest already has in the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cached {
+    /// Take it: a ClusterHandler's pull, or a tenant policy that lets
+    /// namespaces share the cache.
+    Take,
+    /// Take it once the pull's credentials reach its manifest (a `HEAD` by
+    /// digest): a tenant's pull, so that a digest another namespace pulled
+    /// is not a way into a repository this one cannot read.
+    Check,
+}
+
+/// Pulls modules as its [`PullConfig`] says, into its cache, connecting as
+/// its [`Dialer`] allows. Cheap to clone: the clones share the cache and
+/// the record of whose credentials reached which manifest.
 #[derive(Debug, Clone, Default)]
 pub struct Puller {
     config: PullConfig,
+    dialer: Dialer,
     cache: ModuleCache,
+    /// (namespace, `REGISTRY/REPOSITORY`, digest): whose credentials reached
+    /// which manifest.
+    reached: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<(String, String, String)>>>,
 }
 
 impl Puller {
-    /// A puller caching in `config.cache_dir`, and in memory.
+    /// A puller caching in `config.cache_dir`, and in memory, connecting
+    /// through `dialer`.
     #[must_use]
-    pub fn new(config: PullConfig) -> Self {
+    pub fn new(config: PullConfig, dialer: Dialer) -> Self {
         Self {
             cache: ModuleCache::new(config.cache_dir.clone()),
             config,
+            dialer,
+            reached: std::sync::Arc::default(),
         }
     }
 
@@ -354,25 +415,56 @@ impl Puller {
         self.cache.get(digest, limit)
     }
 
-    /// Forgets the modules held in memory but those of `digests` (the disk
-    /// cache stays).
+    /// Forgets the modules held in memory but those of `digests` and those
+    /// that came in since the last call, whose pulls' results may not have
+    /// been taken yet (the disk cache stays).
     pub fn retain(&self, digests: &std::collections::BTreeSet<String>) {
         self.cache.retain(digests);
     }
 
+    /// Notes that the credentials of `namespace` reached the manifest of
+    /// `digest` in `reference`'s repository (a pull of theirs succeeded).
+    pub fn reach(&self, namespace: &str, reference: &str, digest: &str) {
+        if let Some(repository) = repository_of(reference) {
+            self.reached_set()
+                .insert((namespace.to_owned(), repository, digest.to_owned()));
+        }
+    }
+
+    /// Whether the credentials of `namespace` reached the manifest of
+    /// `digest` in `reference`'s repository; may be stale by one pull.
+    #[must_use]
+    pub fn reached(&self, namespace: &str, reference: &str, digest: &str) -> bool {
+        repository_of(reference).is_some_and(|repository| {
+            self.reached_set()
+                .contains(&(namespace.to_owned(), repository, digest.to_owned()))
+        })
+    }
+
+    fn reached_set(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<(String, String, String)>> {
+        self.reached.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Pulls the Wasm module of `reference` as `credentials`, refusing one
-    /// over `limit` bytes, from the cache when its digest was pulled before.
+    /// over `limit` bytes; a digest in the cache is taken as `cached` says.
     ///
     /// # Errors
     ///
     /// [`PullError`], each variant a step of the module's table.
-    pub async fn pull(&self, reference: &str, credentials: &Credentials, limit: u64) -> Result<Pulled, PullError> {
+    pub async fn pull(
+        &self,
+        reference: &str,
+        credentials: &Credentials,
+        limit: u64,
+        cached: Cached,
+    ) -> Result<Pulled, PullError> {
         let config = &self.config;
         let parsed = parse(reference)?;
         if parsed.digest().is_none() && !config.allow_tags {
             return Err(PullError::TagRefused(reference.to_owned()));
         }
-        if let Some(digest) = parsed.digest()
+        if cached == Cached::Take
+            && let Some(digest) = parsed.digest()
             && let Some(module) = self.cache.get(digest, limit)
         {
             return Ok(Pulled {
@@ -380,88 +472,125 @@ impl Puller {
                 module,
             });
         }
-        tokio::time::timeout(
-            config.timeout,
-            pull_from_registry(&parsed, credentials, limit, config, &self.cache),
-        )
-        .await
-        .map_err(|_| PullError::TimedOut {
+        let deadline = tokio::time::Instant::now() + config.timeout;
+        let timed_out = || PullError::TimedOut {
             reference: reference.to_owned(),
             timeout: config.timeout,
-        })?
+        };
+        match tokio::time::timeout_at(deadline, self.fetch(&parsed, credentials, limit, deadline)).await {
+            // What fails for now once the deadline has passed failed because
+            // of it: the pull's connections are closed then.
+            Ok(Err(error)) if error.is_transient() && tokio::time::Instant::now() >= deadline => Err(timed_out()),
+            Ok(result) => result,
+            Err(_) => Err(timed_out()),
+        }
+    }
+
+    /// The module from the registry: only a `HEAD` of its manifest when
+    /// its digest is cached (reached here only for [`Cached::Check`]).
+    async fn fetch(
+        &self,
+        reference: &Reference,
+        credentials: &Credentials,
+        limit: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<Pulled, PullError> {
+        let whole = reference.whole();
+        let failed = |error| PullError::Registry {
+            reference: whole.clone(),
+            error,
+        };
+        let mut session = registry::Session::new(
+            self.dialer.clone(),
+            &self.config.insecure_registries,
+            reference.resolve_registry(),
+            reference.repository(),
+            credentials.basic(),
+            deadline,
+        );
+        if let Some(digest) = reference.digest()
+            && let Some(module) = self.cache.get(digest, limit)
+        {
+            session.check_manifest(digest).await.map_err(failed)?;
+            return Ok(Pulled {
+                digest: digest.to_owned(),
+                module,
+            });
+        }
+        let named = reference.digest().or(reference.tag()).unwrap_or("latest");
+        let manifest = session.manifest(named).await.map_err(failed)?;
+        let served = format!("sha256:{}", hex(&sha2::Sha256::digest(&manifest)));
+        if let Some(expected) = reference.digest()
+            && served != expected
+        {
+            return Err(PullError::DigestMismatch {
+                what: format!("{whole}: its manifest"),
+                expected: expected.to_owned(),
+                actual: served,
+            });
+        }
+        let digest = served;
+        if let Some(module) = self.cache.get(&digest, limit) {
+            return Ok(Pulled { digest, module });
+        }
+        let manifest: OciImageManifest = serde_json::from_slice(&manifest).map_err(|error| PullError::Manifest {
+            reference: whole.clone(),
+            error: json_error(&error),
+        })?;
+        if manifest.layers.len() > MAX_LAYERS {
+            return Err(PullError::Layers {
+                reference: whole,
+                layers: manifest.layers.len(),
+            });
+        }
+        let layer = wasm_layer(&manifest).ok_or_else(|| PullError::MediaType {
+            reference: whole.clone(),
+            layers: manifest.layers.len(),
+        })?;
+        let declared = u64::try_from(layer.size).map_err(|_| PullError::Manifest {
+            reference: whole.clone(),
+            error: "its layer's size is negative".to_owned(),
+        })?;
+        if declared > limit {
+            return Err(PullError::TooLarge {
+                reference: whole.clone(),
+                size: declared,
+                limit: format!("its limits.moduleMib ({limit} bytes)"),
+            });
+        }
+        if !is_sha256(&layer.digest) {
+            return Err(PullError::Manifest {
+                reference: whole,
+                error: "its layer's digest is not sha256:HEX".to_owned(),
+            });
+        }
+        let module = read_layer(&mut session, &whole, layer, declared).await?;
+        self.cache.put(&digest, &module);
+        Ok(Pulled { digest, module })
     }
 }
 
-async fn pull_from_registry(
-    reference: &Reference,
-    credentials: &Credentials,
-    limit: u64,
-    config: &PullConfig,
-    cache: &ModuleCache,
-) -> Result<Pulled, PullError> {
-    let whole = reference.whole();
-    let unavailable = |error: &(dyn std::error::Error + 'static)| PullError::Unavailable {
-        reference: whole.clone(),
-        error: crate::one_line(error),
+/// `REGISTRY/REPOSITORY` of `reference`.
+fn repository_of(reference: &str) -> Option<String> {
+    let parsed = Reference::try_from(reference).ok()?;
+    Some(format!("{}/{}", parsed.resolve_registry(), parsed.repository()))
+}
+
+/// Where a manifest failed to parse, without the text it failed on.
+fn json_error(error: &serde_json::Error) -> String {
+    let what = match error.classify() {
+        serde_json::error::Category::Io | serde_json::error::Category::Syntax => "it is not JSON",
+        serde_json::error::Category::Eof => "it ends early",
+        serde_json::error::Category::Data => "a field is missing or of the wrong type",
     };
-    let client = config.client().map_err(|error| unavailable(&error))?;
-    let (manifest, digest) = client
-        .pull_manifest_raw(
-            reference,
-            &credentials.auth(),
-            &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
-        )
-        .await
-        .map_err(|error| match error {
-            OciDistributionError::DigestError(mismatch) => PullError::DigestMismatch {
-                what: format!("{whole}: its manifest"),
-                expected: reference.digest().unwrap_or_default().to_owned(),
-                actual: crate::one_line(&mismatch),
-            },
-            error => unavailable(&error),
-        })?;
-    // The client checks too; a pinned manifest is checked here whatever it does.
-    let served = format!("sha256:{}", hex(&sha2::Sha256::digest(&manifest)));
-    if let Some(expected) = reference.digest()
-        && served != expected
-    {
-        return Err(PullError::DigestMismatch {
-            what: format!("{whole}: its manifest"),
-            expected: expected.to_owned(),
-            actual: served,
-        });
-    }
-    let digest = reference.digest().map_or(digest, str::to_owned);
-    if let Some(module) = cache.get(&digest, limit) {
-        return Ok(Pulled { digest, module });
-    }
-    let manifest: OciImageManifest = serde_json::from_slice(&manifest).map_err(|error| PullError::Manifest {
-        reference: whole.clone(),
-        error: error.to_string(),
-    })?;
-    let layer = wasm_layer(&manifest).ok_or_else(|| PullError::MediaType {
-        reference: whole.clone(),
-        found: manifest
-            .layers
-            .iter()
-            .map(|layer| layer.media_type.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
-    })?;
-    let declared = u64::try_from(layer.size).map_err(|_| PullError::Manifest {
-        reference: whole.clone(),
-        error: format!("the layer's size is {}", layer.size),
-    })?;
-    if declared > limit {
-        return Err(PullError::TooLarge {
-            reference: whole.clone(),
-            size: declared,
-            limit: format!("its limits.moduleMib ({limit} bytes)"),
-        });
-    }
-    let module = read_layer(&client, reference, layer, declared).await?;
-    cache.put(&digest, &module);
-    Ok(Pulled { digest, module })
+    format!("{what} (line {}, column {})", error.line(), error.column())
+}
+
+/// Whether `digest` is `sha256:` and 64 lower-case hex digits.
+fn is_sha256(digest: &str) -> bool {
+    digest
+        .strip_prefix("sha256:")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')))
 }
 
 /// The layer holding the module: the `application/wasm` one, or the only
@@ -477,28 +606,24 @@ fn wasm_layer(manifest: &OciImageManifest) -> Option<&OciDescriptor> {
         })
 }
 
-/// Streams `layer` (`declared` bytes), stopping at the first byte past it,
-/// and checks its digest.
+/// Streams `layer` (`declared` bytes) from its repository, never from its
+/// `urls`, stopping at the first byte past it, and checks its digest.
 async fn read_layer(
-    client: &Client,
-    reference: &Reference,
+    session: &mut registry::Session,
+    whole: &str,
     layer: &OciDescriptor,
     declared: u64,
 ) -> Result<Vec<u8>, PullError> {
-    let whole = reference.whole();
     let too_large = |size: u64| PullError::TooLarge {
-        reference: whole.clone(),
+        reference: whole.to_owned(),
         size,
         limit: format!("the {declared} bytes its manifest declares"),
     };
-    let mut stream = client
-        .pull_blob_stream(reference, layer)
-        .await
-        .map_err(|error| PullError::Unavailable {
-            reference: whole.clone(),
-            error: crate::one_line(&error),
-        })?;
-    if let Some(length) = stream.content_length
+    let mut blob = session.blob(&layer.digest).await.map_err(|error| PullError::Registry {
+        reference: whole.to_owned(),
+        error,
+    })?;
+    if let Some(length) = blob.length
         && length > declared
     {
         return Err(too_large(length));
@@ -506,39 +631,31 @@ async fn read_layer(
     let capacity = usize::try_from(declared).unwrap_or(0);
     let mut module = Vec::with_capacity(capacity);
     let mut hasher = sha2::Sha256::new();
-    let mismatch = |hasher: sha2::Sha256| PullError::DigestMismatch {
-        what: format!("{whole}: its layer"),
-        expected: layer.digest.clone(),
-        actual: format!("sha256:{}", hex(&hasher.finalize())),
-    };
-    while let Some(chunk) = stream.stream.next().await {
-        match chunk {
-            Ok(chunk) => {
-                let size = module.len() as u64 + chunk.len() as u64;
-                if size > declared {
-                    return Err(too_large(size));
-                }
-                hasher.update(&chunk);
-                module.extend_from_slice(&chunk);
-            }
-            // The client's own check, at the end of the stream.
-            Err(_) if module.len() as u64 == declared => return Err(mismatch(hasher)),
-            Err(error) => {
-                return Err(PullError::Unavailable {
-                    reference: whole,
-                    error: crate::one_line(&error),
-                });
-            }
+    while let Some(chunk) = blob.chunk().await {
+        let chunk = chunk.map_err(|error| PullError::Registry {
+            reference: whole.to_owned(),
+            error,
+        })?;
+        let size = module.len() as u64 + chunk.len() as u64;
+        if size > declared {
+            return Err(too_large(size));
         }
+        hasher.update(&chunk);
+        module.extend_from_slice(&chunk);
     }
     if (module.len() as u64) < declared {
         return Err(PullError::Unavailable {
-            reference: whole,
+            reference: whole.to_owned(),
             error: format!("the layer ended after {} of {declared} bytes", module.len()),
         });
     }
-    if format!("sha256:{}", hex(&hasher.clone().finalize())) != layer.digest {
-        return Err(mismatch(hasher));
+    let actual = format!("sha256:{}", hex(&hasher.finalize()));
+    if actual != layer.digest {
+        return Err(PullError::DigestMismatch {
+            what: format!("{whole}: its layer"),
+            expected: layer.digest.clone(),
+            actual,
+        });
     }
     Ok(module)
 }
@@ -559,7 +676,7 @@ fn hex(bytes: &[u8]) -> String {
 #[derive(Debug, Clone, Default)]
 struct ModuleCache {
     dir: Option<PathBuf>,
-    memory: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Vec<u8>>>>,
+    memory: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Held>>>,
 }
 
 impl ModuleCache {
@@ -576,13 +693,13 @@ impl ModuleCache {
         (safe(algorithm) && safe(hex)).then(|| self.dir.as_ref().map(|dir| dir.join(algorithm).join(hex)))?
     }
 
-    fn memory(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+    fn memory(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Held>> {
         self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The module cached for `digest`, when there is one within `limit`.
     fn get(&self, digest: &str, limit: u64) -> Option<Vec<u8>> {
-        if let Some(module) = self.memory().get(digest) {
+        if let Some(Held { module, .. }) = self.memory().get(digest) {
             return (module.len() as u64 <= limit).then(|| module.clone());
         }
         let path = self.path(digest)?;
@@ -591,17 +708,21 @@ impl ModuleCache {
             return None;
         }
         let module = std::fs::read(&path).ok()?;
-        self.memory().insert(digest.to_owned(), module.clone());
+        self.memory().insert(digest.to_owned(), Held::fresh(module.clone()));
         Some(module)
     }
 
     fn retain(&self, digests: &std::collections::BTreeSet<String>) {
-        self.memory().retain(|digest, _| digests.contains(digest));
+        self.memory().retain(|digest, held| {
+            let keep = digests.contains(digest) || held.fresh;
+            held.fresh = false;
+            keep
+        });
     }
 
     /// Keeps `module` for `digest`; a failed write only costs a pull later.
     fn put(&self, digest: &str, module: &[u8]) {
-        self.memory().insert(digest.to_owned(), module.to_vec());
+        self.memory().insert(digest.to_owned(), Held::fresh(module.to_vec()));
         let Some(path) = self.path(digest) else { return };
         let write = || -> std::io::Result<()> {
             let dir = path.parent().unwrap_or(Path::new("."));
@@ -614,6 +735,21 @@ impl ModuleCache {
         if let Err(error) = write() {
             tracing::warn!(digest, path = %path.display(), error = %error, "cannot cache a pulled module");
         }
+    }
+}
+
+/// A module held in memory.
+#[derive(Debug)]
+struct Held {
+    module: Vec<u8>,
+    /// Whether it came in since the last [`ModuleCache::retain`]: a pull's
+    /// result the controller has not taken yet is kept through one.
+    fresh: bool,
+}
+
+impl Held {
+    fn fresh(module: Vec<u8>) -> Self {
+        Self { module, fresh: true }
     }
 }
 
@@ -711,7 +847,12 @@ mod tests {
             .enable_all()
             .build()
             .unwrap()
-            .block_on(Puller::default().pull("127.0.0.1:1/shop/logger:v1", &Credentials::Anonymous, 1 << 20));
+            .block_on(Puller::default().pull(
+                "127.0.0.1:1/shop/logger:v1",
+                &Credentials::Anonymous,
+                1 << 20,
+                Cached::Take,
+            ));
         assert_eq!(refused.unwrap_err().reason(), "TagRefused");
         let digest = format!("sha256:{}", "a".repeat(64));
         assert_eq!(
@@ -805,5 +946,24 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(dir.path().join("sha256")).unwrap().collect();
         assert_eq!(left.len(), 1, "no temporary file is left");
         assert!(ModuleCache::new(None).get(&digest, 100).is_none());
+    }
+
+    #[test]
+    fn a_module_just_pulled_outlives_one_retain_that_does_not_name_it() {
+        let cache = ModuleCache::new(None);
+        let digest = format!("sha256:{}", "c".repeat(64));
+        cache.put(&digest, b"module");
+        // The controller's retain ran before it took the pull's result.
+        cache.retain(&std::collections::BTreeSet::new());
+        assert_eq!(cache.get(&digest, 100).unwrap(), b"module");
+        cache.retain(&std::collections::BTreeSet::new());
+        cache.retain(&std::collections::BTreeSet::new());
+        assert!(cache.get(&digest, 100).is_none(), "no plugin runs it");
+        cache.put(&digest, b"module");
+        let running = std::collections::BTreeSet::from([digest.clone()]);
+        for _ in 0..3 {
+            cache.retain(&running);
+        }
+        assert_eq!(cache.get(&digest, 100).unwrap(), b"module");
     }
 }

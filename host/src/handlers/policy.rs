@@ -10,6 +10,8 @@
 //! ```toml
 //! [registries]        # where their modules may be pulled from
 //! allow = ["ghcr.io", "registry.example.com:5000"]
+//! networks = ["10.30.0.0/16"]   # private CIDRs pulls may connect to
+//! shared-cache = false          # true: a digest one namespace pulled runs for all
 //!
 //! [http]
 //! allow = ["https://hooks.slack.com/services/", "https://*.example.com"]
@@ -27,6 +29,8 @@
 //! | a Handler asks for | answer |
 //! | --- | --- |
 //! | a module from a registry the policy does not list (or any, without `[registries]`) | refused: names the registry |
+//! | a pull (any request of it, redirects and token realms too) to a loopback, link-local or private address no `[registries] networks` opens; to a metadata service, the API server or the host, whatever they open | refused: names the address and its kind |
+//! | a digest another namespace pulled, in a repository its own credentials do not reach (unless `shared-cache`) | refused: the registry's status to a `HEAD` of the manifest |
 //! | an HTTP entry no policy entry covers, or without a policy `[http]` | refused: names the entry |
 //! | a network no policy network contains | refused: names it |
 //! | a limit above its bound | refused: names the limit and the bound |
@@ -36,8 +40,11 @@
 //! A pull is a request the host makes for the tenant, so its registries are
 //! the platform team's choice, never the tenant's: a name a tenant could
 //! choose could be the API server, a cloud's metadata service or any address
-//! the host's network reaches. ClusterHandlers are the platform team's own and
-//! are not bounded.
+//! the host's network reaches. For the same reason every connection of a pull
+//! is checked as a plugin's is, with `[registries] networks` opened (for
+//! ClusterHandlers' pulls too: it is the one list of where the host pulls
+//! from). ClusterHandlers are the platform team's own and are not bounded
+//! otherwise.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -78,6 +85,11 @@ pub enum PolicyError {
 pub struct TenantPolicy {
     /// Registries (`HOST[:PORT]`, lower case) modules may be pulled from.
     registries: Vec<String>,
+    /// The loopback, link-local and private networks pulls may connect to.
+    registry_networks: Vec<IpNet>,
+    /// Whether a digest one namespace pulled runs for another without a
+    /// check of the other's credentials.
+    shared_cache: bool,
     http: Vec<AllowedUrl>,
     networks: Vec<IpNet>,
     /// Manifest key of `[limits]` → the most a Handler may set.
@@ -99,10 +111,14 @@ struct PolicyFile {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RegistriesFile {
     #[serde(default)]
     allow: Vec<String>,
+    #[serde(default)]
+    networks: Vec<String>,
+    #[serde(default)]
+    shared_cache: bool,
 }
 
 #[derive(Default, Deserialize)]
@@ -151,16 +167,8 @@ impl TenantPolicy {
             .iter()
             .map(|entry| AllowedUrl::parse(entry).map_err(|error| format!("http.allow: {error}")))
             .collect::<Result<_, _>>()?;
-        let networks = file
-            .http
-            .networks
-            .iter()
-            .map(|network| {
-                network
-                    .parse::<IpNet>()
-                    .map_err(|_| format!("http.networks: {network:?} is not a CIDR"))
-            })
-            .collect::<Result<_, _>>()?;
+        let networks = cidrs(&file.http.networks, "http.networks")?;
+        let registry_networks = cidrs(&file.registries.networks, "registries.networks")?;
         for (key, bound) in &file.limits {
             let Some((_, _, range)) = KEYS.iter().find(|(known, ..)| known == key) else {
                 return Err(format!("limits.{key}: not a key of a manifest's [limits]"));
@@ -193,6 +201,8 @@ impl TenantPolicy {
                 .iter()
                 .map(|registry| registry.to_ascii_lowercase())
                 .collect(),
+            registry_networks,
+            shared_cache: file.registries.shared_cache,
             http,
             networks,
             limits: file.limits,
@@ -204,6 +214,21 @@ impl TenantPolicy {
     #[must_use]
     pub fn per_namespace(&self) -> Option<usize> {
         self.per_namespace
+    }
+
+    /// The loopback, link-local and private networks a pull may connect to
+    /// (`[registries] networks`).
+    #[must_use]
+    pub fn registry_networks(&self) -> &[IpNet] {
+        &self.registry_networks
+    }
+
+    /// Whether a digest one namespace pulled runs for another without a
+    /// check that the other's credentials reach its manifest
+    /// (`[registries] shared-cache`).
+    #[must_use]
+    pub fn shares_cache(&self) -> bool {
+        self.shared_cache
     }
 
     /// Lets a Handler's module be pulled from `registry` (`HOST[:PORT]`, as
@@ -306,6 +331,18 @@ impl TenantPolicy {
     }
 }
 
+/// The networks of `key`, each a CIDR.
+fn cidrs(networks: &[String], key: &str) -> Result<Vec<IpNet>, String> {
+    networks
+        .iter()
+        .map(|network| {
+            network
+                .parse::<IpNet>()
+                .map_err(|_| format!("{key}: {network:?} is not a CIDR"))
+        })
+        .collect()
+}
+
 /// The policy's entries of one kind, for a refusal: `none` when it has none.
 fn listed<T: std::fmt::Display>(entries: &[T]) -> String {
     if entries.is_empty() {
@@ -356,6 +393,11 @@ mod tests {
             ("[http]\nnetworks = [\"10.0.0.0\"]\n", "not a CIDR"),
             ("[handlers]\nper-namespace = 0\n", "per-namespace is 0"),
             ("[registries]\nallow = [\"https://ghcr.io\"]\n", "is not HOST[:PORT]"),
+            (
+                "[registries]\nnetworks = [\"127.0.0.1\"]\n",
+                "registries.networks: \"127.0.0.1\" is not a CIDR",
+            ),
+            ("[registries]\nshared-cache = \"yes\"\n", "invalid type"),
             ("[tenants]\n", "unknown field `tenants`"),
         ] {
             let error = TenantPolicy::parse(text).unwrap_err();
@@ -376,6 +418,31 @@ mod tests {
         assert!(policy.check_registry("127.0.0.1:5001").is_err());
         let closed = TenantPolicy::default().check_registry("ghcr.io").unwrap_err();
         assert!(closed.to_string().ends_with("(none)"), "{closed}");
+    }
+
+    #[test]
+    fn pulls_reach_only_the_networks_the_policy_opens_and_share_the_cache_only_when_it_says() {
+        let closed = TenantPolicy::default();
+        assert!(closed.registry_networks().is_empty());
+        assert!(!closed.shares_cache());
+        let policy = TenantPolicy::parse(
+            "[registries]\nallow = [\"127.0.0.1:5000\"]\nnetworks = [\"127.0.0.1/32\", \"10.30.0.0/16\"]\n\
+             shared-cache = true\n",
+        )
+        .unwrap();
+        let networks: Vec<String> = policy.registry_networks().iter().map(ToString::to_string).collect();
+        assert_eq!(networks, ["127.0.0.1/32", "10.30.0.0/16"]);
+        assert!(policy.shares_cache());
+        // The HTTP grant's networks are another list.
+        let refusal = policy
+            .check_http(&manifest(
+                "[grant.http]\nallow = [\"http://10.30.0.5\"]\nnetworks = [\"10.30.0.0/16\"]\n",
+            ))
+            .unwrap_err();
+        assert!(
+            refusal.to_string().contains("lets no Handler reach outside"),
+            "{refusal}"
+        );
     }
 
     #[test]

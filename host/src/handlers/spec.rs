@@ -15,6 +15,12 @@
 //! | `v1/Secret` in `grant.resources` | refused: its cache reads are not bounded by its ServiceAccount |
 //! | an `env` Secret (the host would read it, not its ServiceAccount) | refused |
 //! | an `env` ConfigMap of another namespace | refused: names it |
+//!
+//! Every Handler, namespaced or not, is refused (never trimmed) when a list
+//! of its grant holds more than [`MAX_ITEMS`] entries or one entry twice,
+//! and when a name it gives (`serviceAccountName`, a ConfigMap, a Secret, a
+//! namespace) is not a Kubernetes name: names reach the API server as path
+//! segments, so only names that need no encoding are sent at all.
 
 use std::path::Path;
 
@@ -43,6 +49,19 @@ pub enum Refusal {
     /// It asks for more than the tenant policy allows.
     #[error("{0}")]
     Policy(String),
+    /// A name it gives is not a Kubernetes name, or a list of its grant is
+    /// too long or holds an entry twice.
+    #[error("{0}")]
+    Invalid(String),
+    /// Its plugin's name is held by a plugin the operator runs (the plugin
+    /// directory's or the embedder's): a Handler never replaces one.
+    #[error("the plugin name {plugin} is held by {holder}; a Handler never replaces a plugin the operator runs")]
+    Taken {
+        /// The Handler's plugin name.
+        plugin: String,
+        /// What holds it, in words.
+        holder: String,
+    },
     /// Its namespace already runs as many Handlers as the tenant policy
     /// allows, all older than it.
     #[error("namespace {namespace} runs {allowed} Handlers, the most the tenant policy allows; this one is newer")]
@@ -107,11 +126,13 @@ pub fn module(spec: &Value, namespace: Option<&str>) -> Result<ModuleSource, Ref
         (Some(own), Some(named)) => Err(Refusal::Confinement(format!(
             "{at}.namespace is {named}: a Handler's module comes from its own namespace ({own})"
         ))),
-        (None, _) => object["namespace"]
-            .as_str()
-            .filter(|value| !value.is_empty())
-            .map(str::to_owned)
-            .ok_or_else(|| Refusal::Module(format!("{at}.namespace is missing"))),
+        (None, _) => {
+            let named = object["namespace"]
+                .as_str()
+                .filter(|value| !value.is_empty())
+                .ok_or_else(|| Refusal::Module(format!("{at}.namespace is missing")))?;
+            checked(named, &format!("{at}.namespace"), is_namespace_name)
+        }
     };
     if let Some(oci) = module.get("oci") {
         let reference = oci
@@ -120,7 +141,10 @@ pub fn module(spec: &Value, namespace: Option<&str>) -> Result<ModuleSource, Ref
             .ok_or_else(|| Refusal::Module("spec.module.oci is not a reference".to_owned()))?;
         let secret = &module["pullSecret"];
         let pull_secret = match secret.get("name").and_then(Value::as_str) {
-            Some(name) => Some((home("spec.module.pullSecret", secret)?, name.to_owned())),
+            Some(name) => Some((
+                home("spec.module.pullSecret", secret)?,
+                checked(name, "spec.module.pullSecret.name", is_object_name)?,
+            )),
             None if secret.is_null() => None,
             None => return Err(Refusal::Module("spec.module.pullSecret.name is missing".to_owned())),
         };
@@ -140,9 +164,126 @@ pub fn module(spec: &Value, namespace: Option<&str>) -> Result<ModuleSource, Ref
     let home = home("spec.module.configMap", config_map)?;
     Ok(ModuleSource::ConfigMap(ModuleRef {
         namespace: home,
-        name: field("name")?,
-        key: field("key")?,
+        name: checked(&field("name")?, "spec.module.configMap.name", is_object_name)?,
+        key: checked(&field("key")?, "spec.module.configMap.key", is_config_map_key)?,
     }))
+}
+
+/// The ServiceAccount a Handler acts as: `spec.serviceAccountName`, or
+/// `default`.
+///
+/// # Errors
+///
+/// [`Refusal::Invalid`] when it is not a Kubernetes name (`a:b` would make
+/// the user `system:serviceaccount:NS:a:b`).
+pub fn service_account(spec: &Value) -> Result<String, Refusal> {
+    match spec.get("serviceAccountName") {
+        None | Some(Value::Null) => Ok("default".to_owned()),
+        Some(Value::String(name)) => checked(name, "spec.serviceAccountName", is_object_name),
+        Some(other) => Err(Refusal::Invalid(format!(
+            "spec.serviceAccountName is not a string: {other}"
+        ))),
+    }
+}
+
+/// The most entries one list of a Handler's grant may hold; the CRDs'
+/// `maxItems` say the same, so the API server refuses longer ones first.
+pub const MAX_ITEMS: usize = 64;
+
+/// Refuses a list of `spec`'s grant (its kinds, namespaces, rules, a rule's
+/// verbs, kinds and namespaces, HTTP entries and networks) that is longer
+/// than [`MAX_ITEMS`] or holds one entry twice, and an `env` of more than
+/// [`MAX_ITEMS`] variables.
+///
+/// # Errors
+///
+/// [`Refusal::Invalid`], naming the list.
+pub fn bounded(spec: &Value) -> Result<(), Refusal> {
+    let grant = &spec["grant"];
+    let mut lists = vec![
+        ("spec.grant.resources".to_owned(), &grant["resources"]),
+        ("spec.grant.namespaces".to_owned(), &grant["namespaces"]),
+        ("spec.grant.http.allow".to_owned(), &grant["http"]["allow"]),
+        ("spec.grant.http.networks".to_owned(), &grant["http"]["networks"]),
+    ];
+    for rules in ["write", "read"] {
+        lists.push((format!("spec.grant.{rules}"), &grant[rules]));
+        for (index, rule) in grant[rules].as_array().into_iter().flatten().enumerate() {
+            for field in ["verbs", "resources", "namespaces"] {
+                lists.push((format!("spec.grant.{rules}[{index}].{field}"), &rule[field]));
+            }
+        }
+    }
+    for (at, list) in lists {
+        let Some(entries) = list.as_array() else { continue };
+        if entries.len() > MAX_ITEMS {
+            return Err(Refusal::Invalid(format!(
+                "{at} holds {} entries, more than the {MAX_ITEMS} a Handler may list",
+                entries.len()
+            )));
+        }
+        if let Some((index, entry)) = entries
+            .iter()
+            .enumerate()
+            .find(|(index, entry)| entries[..*index].contains(entry))
+        {
+            return Err(Refusal::Invalid(format!("{at}[{index}] repeats {entry}")));
+        }
+    }
+    let variables = spec["env"].as_object().map_or(0, Map::len);
+    if variables > MAX_ITEMS {
+        return Err(Refusal::Invalid(format!(
+            "spec.env holds {variables} variables, more than the {MAX_ITEMS} a Handler may set"
+        )));
+    }
+    Ok(())
+}
+
+/// `name` when `valid` says it is one, else a refusal naming the field.
+fn checked(name: &str, at: &str, valid: fn(&str) -> bool) -> Result<String, Refusal> {
+    if valid(name) {
+        Ok(name.to_owned())
+    } else {
+        Err(Refusal::Invalid(format!(
+            "{at} {:?} is not a Kubernetes name (lowercase letters, digits, '-' and '.', at most 253)",
+            crate::text::sanitize(name, 64)
+        )))
+    }
+}
+
+/// A DNS subdomain (RFC 1123), as kube-apiserver checks the names of
+/// ServiceAccounts, ConfigMaps and Secrets: at most 253 characters, labels
+/// of lowercase letters, digits and `-` separated by `.`, each starting and
+/// ending with a letter or digit.
+fn is_object_name(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(|label| is_label(label, 63))
+}
+
+/// A DNS label (RFC 1123), as namespaces are named: at most 63 characters.
+fn is_namespace_name(name: &str) -> bool {
+    is_label(name, 63)
+}
+
+fn is_label(label: &str, longest: usize) -> bool {
+    let bytes = label.as_bytes();
+    let edge = |byte: &u8| byte.is_ascii_lowercase() || byte.is_ascii_digit();
+    !bytes.is_empty()
+        && bytes.len() <= longest
+        && bytes.first().is_some_and(edge)
+        && bytes.last().is_some_and(edge)
+        && bytes.iter().all(|byte| edge(byte) || *byte == b'-')
+}
+
+/// A ConfigMap key: letters, digits, `-`, `_` and `.`, at most 253, not `.`
+/// or `..`.
+fn is_config_map_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 253
+        && key != "."
+        && key != ".."
+        && key
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.'))
 }
 
 /// Confines the spec of a Handler of `namespace`: fills in its namespace
@@ -285,7 +426,7 @@ fn kind_of(pattern: &str) -> Option<String> {
 /// Every `apiVersion/Kind` the spec's grant names, for discovery to say
 /// which are cluster-scoped before [`confine`] asks.
 #[must_use]
-pub fn kinds_named(spec: &Value) -> Vec<String> {
+pub fn kinds_named(spec: &Value) -> std::collections::BTreeSet<String> {
     let grant = &spec["grant"];
     let rules = ["write", "read"]
         .into_iter()
@@ -497,8 +638,8 @@ mod tests {
             "write": [{"verbs": ["patch"], "resources": ["apps/v1/Deployment/scale"]}],
             "read": [{"resources": ["metrics.k8s.io/v1beta1/PodMetrics"]}]}});
         assert_eq!(
-            kinds_named(&spec),
-            ["v1/Pod", "apps/v1/Deployment", "metrics.k8s.io/v1beta1/PodMetrics"]
+            kinds_named(&spec).into_iter().collect::<Vec<_>>(),
+            ["apps/v1/Deployment", "metrics.k8s.io/v1beta1/PodMetrics", "v1/Pod"]
         );
     }
 
@@ -552,5 +693,65 @@ mod tests {
         assert!(matches!(module(&foreign, Some("shop")), Err(Refusal::Confinement(_))));
         assert!(matches!(module(&foreign, None).unwrap(),
             ModuleSource::Oci { pull_secret: Some((namespace, _)), .. } if namespace == "other"));
+    }
+
+    #[test]
+    fn names_that_are_not_kubernetes_names_are_refused_before_they_reach_a_path() {
+        let config_map = |name: &str, key: &str| json!({"module": {"configMap": {"name": name, "key": key}}});
+        for (name, key) in [
+            ("../../kube-system/configmaps/secret-cm", "k"),
+            ("M", "k"),
+            ("m%2F", "k"),
+            ("m", "a/b"),
+            ("m", ".."),
+        ] {
+            let refused = module(&config_map(name, key), Some("shop"));
+            assert!(matches!(refused, Err(Refusal::Invalid(_))), "{name} {key}: {refused:?}");
+        }
+        assert!(module(&config_map("modules.v2", "plugin_1.wasm"), Some("shop")).is_ok());
+        let secret = json!({"module": {"oci": "r.example.com/h@sha256:00", "pullSecret": {"name": "a:b"}}});
+        assert!(matches!(module(&secret, Some("shop")), Err(Refusal::Invalid(_))));
+        let namespace = json!({"module": {"configMap": {"name": "m", "key": "k", "namespace": "a/b"}}});
+        assert!(matches!(module(&namespace, None), Err(Refusal::Invalid(_))));
+
+        let account = service_account(&json!({"serviceAccountName": "payments:payments-handlers"}));
+        assert!(account.unwrap_err().to_string().contains("not a Kubernetes name"));
+        assert_eq!(service_account(&json!({})).unwrap(), "default");
+        assert_eq!(
+            service_account(&json!({"serviceAccountName": "handlers"})).unwrap(),
+            "handlers"
+        );
+        assert!(service_account(&json!({"serviceAccountName": "x".repeat(254)})).is_err());
+    }
+
+    #[test]
+    fn a_grant_list_too_long_or_with_an_entry_twice_is_refused_and_kinds_are_asked_once() {
+        let many: Vec<String> = (0..=MAX_ITEMS).map(|n| format!("a.b/v1/K{n}")).collect();
+        let refused = bounded(&json!({"grant": {"resources": many}})).unwrap_err();
+        assert!(
+            refused.to_string().contains("spec.grant.resources holds 65 entries"),
+            "{refused}"
+        );
+        let twice = json!({"grant": {"resources": ["v1/Pod", "a.b/v1/K", "a.b/v1/K"]}});
+        assert!(
+            bounded(&twice)
+                .unwrap_err()
+                .to_string()
+                .contains("spec.grant.resources[2] repeats")
+        );
+        let rule = json!({"grant": {"write": [{"verbs": ["patch", "patch"], "resources": ["v1/Pod"]}]}});
+        assert!(
+            bounded(&rule)
+                .unwrap_err()
+                .to_string()
+                .contains("spec.grant.write[0].verbs[1]")
+        );
+        assert!(bounded(&json!({"grant": {"resources": ["v1/Pod", "apps/v1/Deployment"]}})).is_ok());
+        let spec = json!({"grant": {"resources": ["v1/Pod", "a.b/v1/K"],
+                                    "read": [{"resources": ["a.b/v1/K", "v1/Pod/status"]}]}});
+        assert_eq!(
+            kinds_named(&spec).into_iter().collect::<Vec<_>>(),
+            ["a.b/v1/K", "v1/Pod"]
+        );
     }
 }

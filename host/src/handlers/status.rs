@@ -158,7 +158,7 @@ impl Observed {
             .as_deref()
             .map(|digest| digest.strip_prefix("sha256:").unwrap_or(digest))
             .map(|digest| digest[..12.min(digest.len())].to_owned());
-        json!({
+        let mut status = json!({
             "observedGeneration": generation,
             "plugin": plugin,
             "digest": self.digest,
@@ -167,8 +167,46 @@ impl Observed {
             "errors": self.errors,
             "lastError": self.last_error,
             "conditions": [condition("Ready", self.ready), condition("Degraded", self.degraded)],
-        })
+        });
+        // What is unknown is absent, as the API server would store it.
+        if let Some(fields) = status.as_object_mut() {
+            fields.retain(|_, value| !value.is_null());
+        }
+        status
     }
+}
+
+/// The merge patch that makes a `stored` status `status`, or `None` when it
+/// already is: a field `stored` has and `status` lacks is removed with a
+/// `null`, since a merge patch leaves absent fields as they are.
+#[must_use]
+pub fn merge_patch(stored: Option<&Value>, status: &Value) -> Option<Value> {
+    if stored == Some(status) {
+        return None;
+    }
+    let mut patch = status.clone();
+    if let (Some(stored), Some(fields)) = (stored.and_then(Value::as_object), patch.as_object_mut()) {
+        for name in stored.keys() {
+            fields.entry(name.clone()).or_insert(Value::Null);
+        }
+    }
+    Some(patch)
+}
+
+/// Whether `status` differs from `stored` in more than its counts (`deltas`
+/// and `errors`), which a Handler's work changes all the time and which are
+/// written less often.
+#[must_use]
+pub fn changed_beyond_counts(stored: Option<&Value>, status: &Value) -> bool {
+    let without_counts = |status: &Value| {
+        let mut status = status.clone();
+        if let Some(fields) = status.as_object_mut() {
+            fields.remove("deltas");
+            fields.remove("errors");
+        }
+        status
+    };
+    stored.map(without_counts) != Some(without_counts(status))
 }
 
 #[cfg(test)]
@@ -239,6 +277,48 @@ mod tests {
             (failed.ready, failed.degraded, failed.reason),
             (false, true, "PullFailed")
         );
+    }
+
+    /// A JSON merge patch applied to `target` (RFC 7386), as the API server
+    /// applies one.
+    fn merged(target: &Value, patch: &Value) -> Value {
+        let mut target = target.clone();
+        json_patch::merge(&mut target, patch);
+        target
+    }
+
+    #[test]
+    fn the_status_as_the_server_stores_it_needs_no_patch_and_a_field_gone_is_removed() {
+        let refused = Observed::refused(&Refusal::Module("ConfigMap shop/m not found".into()));
+        let status = refused.status("shop.h", 1, &Value::Null, "t1");
+        assert!(status.get("lastError").is_none() && status.get("digest").is_none());
+        let patch = merge_patch(None, &status).unwrap();
+        let stored = merged(&Value::Null, &patch);
+        assert_eq!(merge_patch(Some(&stored), &status), None, "written once, then equal");
+
+        let running = Observed::of_plugin(Some(&plugin(PluginState::Running)), "0123456789abcdef");
+        let mut failed = plugin(PluginState::Running);
+        failed.last_error = Some("trap".into());
+        let with_error = Observed::of_plugin(Some(&failed), "0123456789abcdef").status("shop.h", 1, &stored, "t2");
+        let stored = merged(&stored, &merge_patch(Some(&stored), &with_error).unwrap());
+        assert_eq!(stored["lastError"], "trap");
+        let cleared = running.status("shop.h", 1, &stored, "t3");
+        let stored = merged(&stored, &merge_patch(Some(&stored), &cleared).unwrap());
+        assert_eq!(stored, cleared, "the error is gone from what the server keeps");
+        assert_eq!(merge_patch(Some(&stored), &cleared), None);
+    }
+
+    #[test]
+    fn counts_alone_are_not_a_change_of_state() {
+        let mut busy = plugin(PluginState::Running);
+        let before = Observed::of_plugin(Some(&busy), "ab").status("shop.h", 1, &Value::Null, "t1");
+        busy.deltas = 10;
+        let after = Observed::of_plugin(Some(&busy), "ab").status("shop.h", 1, &before, "t2");
+        assert!(!changed_beyond_counts(Some(&before), &after));
+        let failed =
+            Observed::of_plugin(Some(&plugin(PluginState::Quarantined)), "ab").status("shop.h", 1, &before, "t2");
+        assert!(changed_beyond_counts(Some(&before), &failed));
+        assert!(changed_beyond_counts(None, &before));
     }
 
     #[test]

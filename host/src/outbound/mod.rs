@@ -18,7 +18,9 @@
 //!    or the host itself; loopback, link-local and private networks only as
 //!    the grant's `networks` open them), else `destination-IP-prohibited`;
 //! 4. it connects to the address it checked (no second lookup a DNS server
-//!    could answer differently), within `http-connect-timeout-ms`;
+//!    could answer differently), within `http-connect-timeout-ms`; steps 3
+//!    and 4 are the plugin's [`Dialer`], the one way the host connects for
+//!    others (Handlers' module pulls connect through one too);
 //! 5. request and response bodies are cut at `http-request-bytes` and
 //!    `http-response-bytes`, and the whole exchange at `http-timeout-ms` or
 //!    what the call has left, whichever is first: the host closes the
@@ -41,6 +43,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 mod address;
 mod allow;
 mod audit;
+mod dial;
 mod follow;
 mod mirror;
 mod resolve;
@@ -49,6 +52,7 @@ mod send;
 pub use address::{AddressPolicy, ApiSource, Forbidden, IpNet, METADATA, canonical, interface_addresses, ip_literal};
 pub use allow::{AllowedUrl, Host, HttpGrant, Scheme, Target, UrlError, normalize_path};
 pub use audit::{AUDIT_LINES, AUDIT_WINDOW};
+pub use dial::{Connection, DialError, Dialer};
 pub use follow::follow_api_server;
 pub use resolve::{LOOKUPS_IN_FLIGHT, ResolveError, Resolver};
 pub(crate) use send::RESPONSE_BUFFER_BYTES;
@@ -232,12 +236,11 @@ pub struct Outbound {
 struct Shared {
     plugin: String,
     grant: HttpGrant,
-    policy: AddressPolicy,
-    resolver: Resolver,
+    /// Connects under the address policy, with the grant's networks opened.
+    dialer: Dialer,
     limits: Limits,
     bucket: Mutex<TokenBucket>,
     in_flight: Arc<tokio::sync::Semaphore>,
-    lookups: tokio::sync::Semaphore,
     audit: Mutex<audit::Gate>,
     observer: Option<HttpObserver>,
     /// Whether requests are sent (see `mirror`).
@@ -295,16 +298,14 @@ impl Outbound {
         Self {
             shared: Arc::new(Shared {
                 plugin: plugin.to_owned(),
+                dialer: Dialer::new(policy, resolver).with_networks(grant.networks().iter().copied()),
                 grant,
-                policy,
-                resolver,
                 limits: *limits,
                 bucket: Mutex::new(TokenBucket::new(
                     f64::from(limits.http_requests_per_second),
                     limits.http_burst,
                 )),
                 in_flight: Arc::new(tokio::sync::Semaphore::new(limits.http_concurrent as usize)),
-                lookups: tokio::sync::Semaphore::new(LOOKUPS_IN_FLIGHT),
                 audit: Mutex::new(audit::Gate::default()),
                 observer,
                 sending: Sending::Live,

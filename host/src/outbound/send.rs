@@ -1,21 +1,20 @@
-//! Sending one admitted request: resolve, check every address, connect to the
-//! checked one, TLS, HTTP/1.1, with the bodies capped and the exchange timed.
+//! Sending one admitted request: a connection through the plugin's
+//! [`Dialer`](super::Dialer) (resolve, check every address, connect to the
+//! checked one, TLS), HTTP/1.1, with the bodies capped and the exchange timed.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
-use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
-use super::{Forbidden, Host, HttpRecord, Outcome, ResolveError, Scheme, Shared, Target};
+use super::{DialError, Forbidden, HttpRecord, Outcome, ResolveError, Shared, Target};
 use crate::limits::Limits;
 use kinformer_informers::Recover as _;
 
@@ -87,6 +86,39 @@ impl From<HttpError> for Failure {
     }
 }
 
+impl From<DialError> for Failure {
+    /// What the guest is answered when no connection was made; the audit
+    /// gets the host's words.
+    fn from(error: DialError) -> Self {
+        let dns = |rcode: &str| HttpError::DnsError {
+            rcode: Some(rcode.into()),
+            info_code: None,
+        };
+        let detail = Some(error.to_string());
+        let error = match error {
+            DialError::Forbidden { address, forbidden } => {
+                return Self {
+                    error: HttpError::DestinationIpProhibited,
+                    forbidden: Some((address, forbidden)),
+                    detail: None,
+                };
+            }
+            DialError::Lookup(ResolveError::NotFound(_)) => dns("no such host"),
+            DialError::Lookup(_) => dns("lookup failed"),
+            DialError::ServerName(_) => dns("invalid DNS name"),
+            DialError::NoAddress(_) => HttpError::DestinationNotFound,
+            DialError::Connect { source, .. } => HttpError::Connect(source),
+            DialError::Tls { source, .. } => HttpError::Tls(source),
+            DialError::ConnectTimedOut(_) | DialError::TlsTimedOut(_) => HttpError::ConnectionTimeout,
+        };
+        Self {
+            error,
+            forbidden: None,
+            detail,
+        }
+    }
+}
+
 /// What records the request once its response body ends (or is dropped).
 pub(super) struct Finish {
     pub(super) shared: Arc<Shared>,
@@ -118,27 +150,11 @@ pub(super) async fn send(
     finish: Finish,
 ) -> Result<http::Response<WasiBody>, Failure> {
     let deadline = tokio::time::Instant::now() + timeouts.total;
-    let connected = tokio::time::timeout(timeouts.connect, connect(target, shared))
+    let connection = shared.dialer.dial(target, timeouts.connect, deadline).await?;
+    let (mut sender, connection) = tokio::time::timeout_at(deadline, connection.handshake())
         .await
-        .map_err(|_| HttpError::ConnectionTimeout)??;
-    let io: Box<dyn Stream> = match target.scheme {
-        Scheme::Http => Box::new(connected),
-        Scheme::Https => {
-            let name = server_name(&target.host)?;
-            let tls = tokio::time::timeout_at(deadline, tls_connector().connect(name, connected))
-                .await
-                .map_err(|_| HttpError::ConnectionTimeout)?
-                .map_err(HttpError::Tls)?;
-            Box::new(tls)
-        }
-    };
-    let (mut sender, connection) = tokio::time::timeout_at(
-        deadline,
-        hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(io)),
-    )
-    .await
-    .map_err(|_| HttpError::ConnectionTimeout)?
-    .map_err(|error| request_error(&error, deadline))?;
+        .map_err(|_| HttpError::ConnectionTimeout)?
+        .map_err(|error| request_error(&error, deadline))?;
     let report = Arc::new(Mutex::new(None::<Report>));
     let at_deadline = Arc::clone(&report);
     tokio::spawn(async move {
@@ -206,100 +222,6 @@ fn request_error(error: &hyper::Error, deadline: tokio::time::Instant) -> HttpEr
         _ if error.is_timeout() || tokio::time::Instant::now() >= deadline => HttpError::HttpResponseTimeout,
         _ => HttpError::HttpProtocolError,
     }
-}
-
-trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
-
-/// Resolves the target's host, checks every address, and connects to the
-/// first one that answers.
-async fn connect(target: &Target, shared: &Shared) -> Result<TcpStream, Failure> {
-    let addresses: Vec<SocketAddr> = match &target.host {
-        Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
-        Host::Name(name) => {
-            // Closed only when the plugin's Outbound is gone.
-            let _turn = shared.lookups.acquire().await.map_err(|_| HttpError::DnsTimeout)?;
-            match shared.resolver.lookup(name).await {
-                Ok(ips) => ips.into_iter().map(|ip| SocketAddr::new(ip, target.port)).collect(),
-                Err(error) => {
-                    let rcode = match &error {
-                        ResolveError::NotFound(_) => "no such host",
-                        _ => "lookup failed",
-                    };
-                    return Err(Failure {
-                        error: HttpError::DnsError {
-                            rcode: Some(rcode.into()),
-                            info_code: None,
-                        },
-                        forbidden: None,
-                        detail: Some(error.to_string()),
-                    });
-                }
-            }
-        }
-    };
-    if addresses.is_empty() {
-        return Err(HttpError::DestinationNotFound.into());
-    }
-    // A name with one forbidden address among good ones is refused whole:
-    // which one a connection gets would otherwise be the resolver's choice.
-    for address in &addresses {
-        if let Err(forbidden) = shared.policy.check(*address, shared.grant.networks()) {
-            return Err(Failure {
-                error: HttpError::DestinationIpProhibited,
-                forbidden: Some((*address, forbidden)),
-                detail: None,
-            });
-        }
-    }
-    let mut last = HttpError::ConnectionRefused;
-    for address in addresses {
-        match TcpStream::connect(address).await {
-            Ok(stream) => {
-                let _ = stream.set_nodelay(true);
-                return Ok(stream);
-            }
-            Err(error) => last = HttpError::Connect(error),
-        }
-    }
-    Err(last.into())
-}
-
-fn server_name(host: &Host) -> Result<rustls::pki_types::ServerName<'static>, HttpError> {
-    match host {
-        Host::Ip(ip) => Ok(rustls::pki_types::ServerName::from(*ip)),
-        Host::Name(name) => rustls::pki_types::ServerName::try_from(name.clone()).map_err(|_| HttpError::DnsError {
-            rcode: Some("invalid DNS name".into()),
-            info_code: None,
-        }),
-    }
-}
-
-/// One TLS configuration for every plugin: the system's trust store, so an
-/// operator's own CA (in the host's image) is trusted as any other program
-/// there trusts it.
-fn tls_connector() -> tokio_rustls::TlsConnector {
-    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    let config = CONFIG.get_or_init(|| {
-        let mut roots = rustls::RootCertStore::empty();
-        let found = rustls_native_certs::load_native_certs();
-        for error in &found.errors {
-            tracing::warn!("reading the system's trusted certificates: {error}");
-        }
-        let (added, ignored) = roots.add_parsable_certificates(found.certs);
-        tracing::debug!(added, ignored, "trusted certificates for outbound HTTPS");
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map(|builder| builder.with_root_certificates(roots).with_no_client_auth());
-        Arc::new(config.unwrap_or_else(|error| {
-            tracing::error!("outbound TLS cannot be configured: {error}");
-            rustls::ClientConfig::builder()
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-        }))
-    });
-    tokio_rustls::TlsConnector::from(Arc::clone(config))
 }
 
 /// Which body a cap cuts.

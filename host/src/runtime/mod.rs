@@ -270,6 +270,8 @@ impl Runtime {
                 config.instance.clone().unwrap_or_else(|| "kinformer".to_owned()),
                 config.tenant_policy.clone(),
                 pull,
+                // Pulls connect as plugins do: the same address policy and resolver.
+                crate::outbound::Dialer::new(supervisor.addresses.clone(), config.resolver.clone()),
             ))
         });
         let mut runtime = Self {
@@ -456,18 +458,33 @@ pub(crate) struct Plugins(std::sync::Weak<Supervisor>);
 
 impl Plugins {
     /// Runs `plugin`, or its next version when one of its name runs.
-    pub(crate) async fn put(&self, plugin: EmbeddedPlugin) {
-        let Some(supervisor) = self.0.upgrade() else { return };
-        // Bytes are never another engine's component.
-        if supervisor.embed(plugin).is_ok() {
-            drop(supervisor.begin_rescan().await);
+    ///
+    /// # Errors
+    ///
+    /// The plugin of the directory or the embedder that holds its name, in
+    /// words: a Handler never replaces an operator's plugin.
+    pub(crate) async fn put(&self, plugin: EmbeddedPlugin) -> Result<(), String> {
+        let Some(supervisor) = self.0.upgrade() else {
+            return Ok(());
+        };
+        if let Some(holder) = supervisor.holder(plugin.name()) {
+            return Err(holder);
         }
+        supervisor.handlers().insert(plugin.name().to_owned(), plugin);
+        drop(supervisor.begin_rescan().await);
+        Ok(())
+    }
+
+    /// What holds the name `name` other than a Handler, in words.
+    pub(crate) fn holder(&self, name: &str) -> Option<String> {
+        self.0.upgrade()?.holder(name)
     }
 
     /// Drains and unloads plugin `name`.
     pub(crate) async fn remove(&self, name: &str) {
         let Some(supervisor) = self.0.upgrade() else { return };
-        if supervisor.embedded().remove(name).is_some() {
+        let removed = supervisor.handlers().remove(name).is_some();
+        if removed {
             drop(supervisor.begin_rescan().await);
         }
     }

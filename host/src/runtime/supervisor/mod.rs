@@ -133,6 +133,12 @@ pub(super) struct Supervisor {
     /// The embedder's plugins, by name: run beside the directory's, and
     /// instead of a directory file of the same name.
     embedded: Mutex<BTreeMap<String, EmbeddedPlugin>>,
+    /// The cluster's Handlers' plugins, by name: run beside the others, and
+    /// never instead of a directory's or the embedder's plugin of the same
+    /// name (that one runs, and the Handler is refused).
+    handlers: Mutex<BTreeMap<String, EmbeddedPlugin>>,
+    /// The directory's plugins as its last scan found them, by name.
+    directory_names: Mutex<std::collections::BTreeSet<String>>,
     pub(super) scope: Scope,
     pub(super) log_sink: Option<LogSink>,
     pub(super) observer: Option<BatchObserver>,
@@ -189,6 +195,8 @@ impl Supervisor {
             factory,
             dir: config.plugins.clone(),
             embedded: Mutex::default(),
+            handlers: Mutex::default(),
+            directory_names: Mutex::default(),
             scope,
             log_sink: config.log_sink.clone(),
             observer: config.observer.clone(),
@@ -223,6 +231,25 @@ impl Supervisor {
     /// The embedder's plugins, by name.
     pub(super) fn embedded(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, EmbeddedPlugin>> {
         self.embedded.lock().recover()
+    }
+
+    /// The Handlers' plugins, by name.
+    pub(super) fn handlers(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, EmbeddedPlugin>> {
+        self.handlers.lock().recover()
+    }
+
+    /// What holds the name `name` other than a Handler: the plugin
+    /// directory's plugin or the embedder's, in words.
+    pub(super) fn holder(&self, name: &str) -> Option<String> {
+        if self.embedded().contains_key(name) {
+            return Some(format!("the embedder's plugin {name}"));
+        }
+        let dir = self.dir.as_deref()?;
+        self.directory_names
+            .lock()
+            .recover()
+            .contains(name)
+            .then(|| format!("the plugin {name} of the directory {}", dir.display()))
     }
 
     /// Every plugin's status, by name.
@@ -353,6 +380,7 @@ impl Supervisor {
         let mut wanted = match self.dir.as_deref().map(directory::scan) {
             Some(Ok(scan)) => {
                 changing = scan.changing;
+                *self.directory_names.lock().recover() = scan.plugins.keys().chain(&changing).cloned().collect();
                 scan.plugins
             }
             Some(Err(error)) => {
@@ -366,6 +394,14 @@ impl Supervisor {
             if wanted.insert(name.clone(), plugin.files()).is_some() {
                 tracing::warn!(plugin = %name, "the directory holds a plugin of the embedder's plugin's name: the embedder's runs");
             }
+        }
+        for (name, plugin) in self.handlers().iter() {
+            // A directory's plugin that is being written holds its name too.
+            if wanted.contains_key(name) || changing.contains(name) {
+                tracing::debug!(plugin = %name, "a Handler names a plugin the operator runs: the operator's runs");
+                continue;
+            }
+            wanted.insert(name.clone(), plugin.files());
         }
         // What the manifests take from Secrets and ConfigMaps is part of
         // each version: watched, and read before the versions are compared.
