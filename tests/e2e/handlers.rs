@@ -940,13 +940,9 @@ async fn requests_served(client: &kube::Client, verb: &str, resource: &str, subr
 async fn an_idle_handler_s_status_is_written_when_it_changes_and_then_left_alone() {
     let (_server, client) = tenants_cluster().await;
     module(&client, "ns-0", "logger", plugin_artifacts::DELTA_LOGGER).await;
-    let logs = Logs::default();
-    let runtime = Runtime::start(
-        client.clone(),
-        RuntimeConfig::default().handlers(true).log_sink(logs.sink()),
-    )
-    .await
-    .unwrap();
+    let runtime = Runtime::start(client.clone(), RuntimeConfig::default().handlers(true))
+        .await
+        .unwrap();
     let logger = json!({"configMap": {"name": "logger", "key": "plugin.wasm"}});
     handler(&client, "ns-0", "running", logging(logger.clone())).await;
     let refused = json!({"module": logger, "grant": {"resources": ["v1/Pod", "v1/Namespace"]}});

@@ -23,7 +23,9 @@
 //! reference, so a changed or deleted Handler never loads the module it
 //! named before. A registry that does not answer is `PullFailed` and tried
 //! again with back-off, what runs running on; a refused pull (`TagRefused`,
-//! `DigestMismatch`, no Wasm layer, too large) unloads the plugin.
+//! `DigestMismatch`, no Wasm layer, too large) unloads the plugin and is not
+//! made again until what it is made from changes (the reference, the pull
+//! secret, `limits.moduleMib`, the ServiceAccount).
 //!
 //! A Handler then runs as its ServiceAccount (`spec.serviceAccountName`,
 //! `default` when unset) by impersonation ([`crate::grant::Identity`]); a
