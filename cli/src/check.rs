@@ -231,6 +231,13 @@ impl fmt::Display for Report {
         for refusal in &self.review.refused {
             writeln!(f, "  REFUSED {refusal}")?;
         }
+        if self.review.handles_nothing() {
+            writeln!(
+                f,
+                "  HANDLES NOTHING: it subscribes to nothing it may watch, so it would handle no delta \
+                 (does its config name a resource, and does its grant hold it?)"
+            )?;
+        }
         let (reads, writes): (Vec<&WriteRule>, Vec<&WriteRule>) = self
             .writes
             .iter()

@@ -1050,6 +1050,16 @@ async fn a_handler_never_replaces_a_plugin_of_the_directory_and_names_are_checke
                "grant": {"resources": ["v1/ConfigMap"]}}),
     )
     .await;
+    // A Handler whose plugin watches nothing it may (the delta logger
+    // watches Pods unless its config says otherwise) runs, Degraded.
+    handler(
+        &client,
+        "ns-0",
+        "idle",
+        json!({"module": {"configMap": {"name": "writer", "key": "plugin.wasm"}},
+               "config": "slow:ns-0", "grant": {"resources": ["v1/Pod"]}}),
+    )
+    .await;
     let message = ready_reason(&client, "ns-0", "pod-logger", "Rejected").await;
     assert!(
         message.contains("the plugin name ns-0.pod-logger is held by the plugin ns-0.pod-logger of the directory"),
@@ -1060,6 +1070,12 @@ async fn a_handler_never_replaces_a_plugin_of_the_directory_and_names_are_checke
         operator_s,
         "the directory's plugin was replaced"
     );
+    let status = status_until(&client, "ns-0", "idle", "HandlesNothing", |status| {
+        condition(status, "Degraded")["reason"] == "HandlesNothing"
+    })
+    .await;
+    assert_eq!(condition(&status, "Ready")["status"], "True", "{status:#}");
+    assert_eq!(condition(&status, "Degraded")["status"], "True", "{status:#}");
 
     // Names that are not Kubernetes names never reach the host.
     for (name, spec) in [

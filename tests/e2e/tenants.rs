@@ -170,6 +170,24 @@ fn check_reports_what_a_plugin_would_hit_of_its_limits() {
         report.contains("OVER LIMITS: 17 indexes, over the limit of 16 (limits.max-indexes)"),
         "{report}"
     );
+    assert!(!report.contains("HANDLES NOTHING"), "{report}");
+
+    // The delta logger watches Pods unless its config says otherwise: a
+    // grant of ConfigMaps alone leaves it nothing to handle.
+    install(
+        d,
+        "idle",
+        "delta-logger.wasm",
+        Some("[grant]\nresources = [\"v1/ConfigMap\"]\n"),
+    );
+    let report = kinformer_cli::check::check(&d.join("idle.wasm"), None)
+        .unwrap()
+        .to_string();
+    assert!(report.contains("REFUSED v1 Pod: not granted"), "{report}");
+    assert!(
+        report.contains("HANDLES NOTHING: it subscribes to nothing it may watch"),
+        "{report}"
+    );
 
     std::fs::write(d.join("huge.wasm"), vec![0_u8; 2 << 20]).unwrap();
     std::fs::write(d.join("huge.toml"), "[limits]\nmodule-mib = 1\n").unwrap();

@@ -332,6 +332,22 @@ mod tests {
     }
 
     #[test]
+    fn a_plugin_whose_subscriptions_are_all_refused_or_cache_only_handles_nothing() {
+        let grant = Grant::from_parts(Some(["v1/ConfigMap"]), None::<[&str; 0]>).unwrap();
+        assert!(
+            grant
+                .review(&registration(vec![subscription("v1", "Pod", None)], vec![]))
+                .handles_nothing()
+        );
+        assert!(grant.review(&registration(vec![], vec![])).handles_nothing());
+        let mut cached = subscription("v1", "ConfigMap", None);
+        cached.deliver = false;
+        assert!(grant.review(&registration(vec![cached], vec![])).handles_nothing());
+        let watched = registration(vec![subscription("v1", "ConfigMap", None)], vec![]);
+        assert!(!grant.review(&watched).handles_nothing());
+    }
+
+    #[test]
     fn the_default_grant_accepts_everything_but_secrets() {
         let asked = registration(
             vec![

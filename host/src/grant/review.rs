@@ -49,6 +49,14 @@ impl Review {
         }
         None
     }
+
+    /// True when the plugin gets no delta at all: it is no controller and
+    /// none of the subscriptions it gets delivers (it named none, or its
+    /// grant refused them). It runs, and handles nothing.
+    #[must_use]
+    pub fn handles_nothing(&self) -> bool {
+        self.controller.is_none() && !self.subscriptions.iter().any(|subscription| subscription.deliver)
+    }
 }
 
 /// A subscription or index a plugin asked for and does not get.

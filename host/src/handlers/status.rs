@@ -96,6 +96,7 @@ impl Observed {
         let (ready, degraded, reason) = match plugin.state {
             PluginState::Running if plugin.rejected_digest.is_some() => (true, true, "CompileFailed"),
             PluginState::Running if write_failed => (true, true, "WriteFailed"),
+            PluginState::Running if plugin.handles_nothing => (true, true, "HandlesNothing"),
             PluginState::Running => (true, false, "Running"),
             PluginState::Starting => (false, false, "Starting"),
             PluginState::Restarting => (false, true, "Trapped"),
@@ -106,6 +107,9 @@ impl Observed {
         };
         let message = match (reason, &last_error) {
             ("Running", _) => "handling deltas".to_owned(),
+            ("HandlesNothing", _) => "running, but its plugin subscribes to nothing it may watch, so it handles no \
+                                      delta: does spec.config name a resource, and does spec.grant.resources hold it?"
+                .to_owned(),
             ("Starting", _) => "loading: compiling, init, cache sync".to_owned(),
             ("Standby", _) => "waiting for this replica to lead".to_owned(),
             (_, Some(error)) => error.clone(),
@@ -241,6 +245,18 @@ mod tests {
             Some("patch v1/ConfigMap shop/c: configmaps \"c\" is forbidden\u{fffd}")
         );
         assert_eq!(observed.errors, 1);
+    }
+
+    #[test]
+    fn a_plugin_that_subscribes_to_nothing_is_degraded_and_says_what_to_check() {
+        let mut idle = plugin(PluginState::Running);
+        idle.handles_nothing = true;
+        let observed = Observed::of_plugin(Some(&idle), "ab");
+        assert_eq!(
+            (observed.ready, observed.degraded, observed.reason),
+            (true, true, "HandlesNothing")
+        );
+        assert!(observed.message.contains("spec.config"), "{}", observed.message);
     }
 
     #[test]

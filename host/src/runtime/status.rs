@@ -83,6 +83,9 @@ pub struct PluginStatus {
     pub registration: Option<Registration>,
     /// Subscriptions and indexes refused by its grant, and why.
     pub refused: Vec<String>,
+    /// True when the running version gets no delta at all: it is no
+    /// controller and subscribes to nothing its grant lets it watch.
+    pub handles_nothing: bool,
     /// Why the last load or reload failed, if it did.
     pub load_error: Option<String>,
     /// Deltas handled.
@@ -177,6 +180,7 @@ impl PluginStatus {
             state: PluginState::Starting,
             registration: None,
             refused: Vec::new(),
+            handles_nothing: false,
             load_error: None,
             deltas: 0,
             reconciles: 0,

@@ -40,6 +40,8 @@ pub(super) struct Version {
     listener_options: ListenerOptions,
     pub(super) registration: Registration,
     pub(super) refused: Vec<Refusal>,
+    /// True when it gets no delta at all ([`crate::grant::Review::handles_nothing`]).
+    pub(super) handles_nothing: bool,
     /// For a controller: what it reconciles, and its primary objects as it may
     /// see them.
     pub(super) controller: Option<(ControllerSpec, Indexer)>,
@@ -149,6 +151,13 @@ impl Version {
             source,
         };
         let review = prepare::review(name, &grant, &registration, &manifest.limits).map_err(registration_error)?;
+        if review.handles_nothing() {
+            tracing::warn!(
+                plugin = %name,
+                "it subscribes to nothing it may watch, so it will handle no delta: does its config name a \
+                 resource, and does its grant hold it?"
+            );
+        }
         let mut informers: Vec<(SharedIndexInformer, bool)> = Vec::new();
         for subscription in &review.subscriptions {
             // A plugin granted some namespaces (or on a host confined to some)
@@ -191,6 +200,7 @@ impl Version {
             _indexes: wiring.indexes,
             listener_options,
             registration,
+            handles_nothing: review.handles_nothing(),
             refused: review.refused,
             controller: wiring.controller,
             instance: Some(instance),

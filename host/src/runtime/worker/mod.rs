@@ -273,6 +273,7 @@ impl Worker {
             status.registration = Some(self.running.registration.clone());
             status.cpu_millicores = self.running.manifest.limits.cpu_millicores;
             status.refused = self.running.refused.iter().map(ToString::to_string).collect();
+            status.handles_nothing = self.running.handles_nothing;
         });
     }
 
