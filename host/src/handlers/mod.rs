@@ -571,7 +571,9 @@ impl Controller {
                     let registry = oci::registry_of(reference).map_err(Refusal::Pull)?;
                     self.policy.check_registry(&registry)?;
                 }
-                let pulled = self.pulled(&module, limit, manifest.identity.as_ref()).await?;
+                let pulled = self
+                    .pulled(&module, limit, namespace, manifest.identity.as_ref())
+                    .await?;
                 (pulled.module, pulled.digest)
             }
         };
@@ -583,7 +585,7 @@ impl Controller {
     /// none is under way; a refused one is not started again while the
     /// module's limit and `identity` stay what they were.
     ///
-    /// A tenant (a Handler: `identity` is its ServiceAccount) takes a cached
+    /// A tenant (a Handler of `namespace`, `identity` its ServiceAccount) takes a cached
     /// module only once its own credentials reached the manifest: its pull
     /// of a cached digest is a `HEAD` of the manifest
     /// ([`oci::Cached::Check`]), and the namespace is remembered for that
@@ -593,17 +595,14 @@ impl Controller {
         &mut self,
         source: &ModuleSource,
         limit: u64,
+        namespace: Option<&str>,
         identity: Option<&Identity>,
     ) -> Result<Pulled, Unknown> {
         let ModuleSource::Oci { reference, pull_secret } = source else {
             return Err(Unknown::Unavailable("not an OCI module".to_owned()));
         };
-        // A ServiceAccount's user name is `system:serviceaccount:NS:NAME`.
-        let tenant = identity
-            .filter(|_| !self.policy.shares_cache())
-            .and_then(|identity| identity.user().strip_prefix("system:serviceaccount:"))
-            .and_then(|account| account.split_once(':'))
-            .map(|(namespace, _)| namespace.to_owned());
+        // A Handler's namespace is the tenant; a ClusterHandler has none.
+        let tenant = namespace.filter(|_| !self.policy.shares_cache()).map(str::to_owned);
         if let Some(digest) = oci::pinned_digest(reference)
             && tenant
                 .as_deref()
